@@ -1,0 +1,43 @@
+// IEEE binary16 and bfloat16 <-> float32, round to nearest even; NaN stays NaN (quiet, sign kept),
+// infinities stay infinite, float32 subnormals and f16 subnormals are handled exactly.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace bev {
+
+inline uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+inline float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline float bf16_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
+
+inline uint16_t float_to_bf16(float f) {
+  uint32_t u = float_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    // NaN: keep sign and the top payload bits, force quiet so truncation can't make it Inf.
+    return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  }
+  uint32_t rounding_bias = 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>((u + rounding_bias) >> 16);
+}
+
+float half_to_float(uint16_t h);
+uint16_t float_to_half(float f);
+
+void half_to_float_n(const uint16_t* src, float* dst, size_t n);
+void float_to_half_n(const float* src, uint16_t* dst, size_t n);
+void bf16_to_float_n(const uint16_t* src, float* dst, size_t n);
+void float_to_bf16_n(const float* src, uint16_t* dst, size_t n);
+
+}  // namespace bev

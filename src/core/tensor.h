@@ -1,0 +1,118 @@
+// Tensor: a strided view (shape, strides in elements, element offset) into a shared Storage.
+// Storage is either owned (64-byte aligned heap memory), borrowed from a longer-lived owner (a
+// memory-mapped checkpoint), or device memory allocated by a backend; the device tag says which.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bevformer/error.h"
+#include "core/dtype.h"
+
+namespace bev {
+
+enum class Device : uint8_t { kCpu, kCuda };
+const char* device_name(Device d);
+
+using Shape = std::vector<int64_t>;
+
+std::string shape_str(const Shape& shape);  // "[6, 3, 64, 128]"
+// Product of the extents; throws Error on a negative extent or on overflow of int64.
+int64_t shape_numel(const Shape& shape);
+Shape contiguous_strides(const Shape& shape);
+
+class Storage {
+ public:
+  // Owned, 64-byte aligned, uninitialized host memory.
+  static std::shared_ptr<Storage> allocate(size_t bytes);
+  // Memory that `owner` keeps alive (for example a file mapping); not freed by the Storage.
+  static std::shared_ptr<Storage> borrow(void* data, size_t bytes, std::shared_ptr<const void> owner,
+                                         Device device = Device::kCpu);
+  // Memory released by `deleter` (backends use this for device allocations).
+  static std::shared_ptr<Storage> adopt(void* data, size_t bytes, Device device,
+                                        std::function<void(void*)> deleter);
+
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage();
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+
+ private:
+  Storage() = default;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  Device device_ = Device::kCpu;
+  std::shared_ptr<const void> owner_;
+  std::function<void(void*)> deleter_;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined tensor: defined() is false
+
+  // New contiguous host tensor, uninitialized.
+  static Tensor empty(const Shape& shape, DType dtype);
+  static Tensor zeros(const Shape& shape, DType dtype);
+  // A view of `storage`; checks that every addressed element lies inside it.
+  static Tensor view_of(std::shared_ptr<Storage> storage, DType dtype, const Shape& shape,
+                        const Shape& strides, int64_t offset_elems);
+  // Copies `values` into a new contiguous f32 tensor of `shape` (sizes must match).
+  static Tensor from_floats(const Shape& shape, std::span<const float> values);
+
+  bool defined() const { return storage_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return storage_ ? storage_->device() : Device::kCpu; }
+  const Shape& shape() const { return shape_; }
+  const Shape& strides() const { return strides_; }
+  int64_t offset() const { return offset_; }
+  int64_t dim() const { return static_cast<int64_t>(shape_.size()); }
+  int64_t size(int64_t d) const;  // negative d counts from the end
+  int64_t numel() const { return numel_; }
+  size_t nbytes() const { return static_cast<size_t>(numel_) * dtype_size(dtype_); }
+  bool is_contiguous() const;
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+
+  // Pointer to the first element; typed access checks the dtype.
+  void* raw_data() const;
+  template <typename T>
+  T* data() const {
+    check_dtype(dtype_of<T>());
+    return static_cast<T*>(raw_data());
+  }
+  // Raw bytes of a contiguous tensor (throws if it is not contiguous).
+  std::span<const uint8_t> bytes() const;
+
+  // Views (no copy).
+  Tensor reshape(const Shape& shape) const;  // contiguous only; one extent may be -1
+  Tensor slice(int64_t dim, int64_t start, int64_t end) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor permute(const std::vector<int64_t>& order) const;
+
+  // Copies.
+  Tensor contiguous() const;  // returns *this when already contiguous
+  Tensor clone() const;       // always a new contiguous copy
+  // Converts between float dtypes (f32/f16/bf16/f64) and integer dtypes; result is contiguous.
+  Tensor to(DType dtype) const;
+
+  void check_dtype(DType expected) const;
+  std::string describe() const;  // "f32[6, 3, 64, 128]"
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  DType dtype_ = DType::kF32;
+  Shape shape_;
+  Shape strides_;
+  int64_t offset_ = 0;
+  int64_t numel_ = 0;
+};
+
+}  // namespace bev

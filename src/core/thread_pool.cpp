@@ -1,0 +1,92 @@
+#include "core/thread_pool.h"
+
+#include <algorithm>
+
+namespace bev {
+
+ThreadPool::ThreadPool(int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  workers_.reserve(static_cast<size_t>(threads - 1));
+  for (int i = 0; i + 1 < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+void ThreadPool::run_chunks(int /*participant*/) {
+  while (true) {
+    int64_t c;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (next_chunk_ >= num_chunks_) return;
+      c = next_chunk_++;
+    }
+    const int64_t b = c * chunk_;
+    const int64_t e = std::min(n_, b + chunk_);
+    try {
+      (*fn_)(b, e);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!error_) error_ = std::current_exception();
+      next_chunk_ = num_chunks_;  // stop handing out work
+    }
+  }
+}
+
+void ThreadPool::worker_loop(int index) {
+  uint64_t seen = 0;
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+    }
+    run_chunks(index + 1);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--pending_workers_ == 0) done_cv_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t max_chunks = std::max<int64_t>(1, n / grain);
+  const int64_t chunks = std::min<int64_t>(max_chunks, static_cast<int64_t>(size()) * 4);
+  if (workers_.empty() || chunks == 1) {
+    fn(0, n);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fn_ = &fn;
+    n_ = n;
+    chunk_ = (n + chunks - 1) / chunks;
+    num_chunks_ = (n + chunk_ - 1) / chunk_;
+    next_chunk_ = 0;
+    error_ = nullptr;
+    pending_workers_ = static_cast<int>(workers_.size());
+    ++generation_;
+  }
+  work_cv_.notify_all();
+  run_chunks(0);
+  std::exception_ptr err;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return pending_workers_ == 0; });
+    fn_ = nullptr;
+    err = error_;
+    error_ = nullptr;
+  }
+  if (err) std::rethrow_exception(err);
+}
+
+}  // namespace bev

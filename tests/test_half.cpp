@@ -1,0 +1,113 @@
+// f16 / bf16 conversions against the compiler's own _Float16 and an exact double-based rounding.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "core/half.h"
+
+namespace bev {
+namespace {
+
+TEST(Half, EveryHalfRoundTripsExactly) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = half_to_float(static_cast<uint16_t>(h));
+    _Float16 ref;
+    const uint16_t hb = static_cast<uint16_t>(h);
+    std::memcpy(&ref, &hb, 2);
+    if (std::isnan(f)) {
+      ASSERT_TRUE(std::isnan(static_cast<float>(ref))) << h;
+      ASSERT_TRUE(std::isnan(half_to_float(float_to_half(f)))) << h;
+      continue;
+    }
+    ASSERT_EQ(float_bits(f), float_bits(static_cast<float>(ref))) << "half bits " << h;
+    ASSERT_EQ(float_to_half(f), h) << "half bits " << h;
+  }
+}
+
+TEST(Half, RandomFloatsRoundLikeTheCompiler) {
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 2'000'000; ++i) {
+    // Mix raw bit patterns (all exponents) with values near the half range edges.
+    const uint32_t u = bits(rng);
+    const float f = (i % 2) ? bits_float(u) : std::ldexp(bits_float((u & 0x807fffffu) | 0x3f800000u), (i / 2) % 50 - 30);
+    const _Float16 ref = static_cast<_Float16>(f);
+    uint16_t rb;
+    std::memcpy(&rb, &ref, 2);
+    const uint16_t got = float_to_half(f);
+    if (std::isnan(f)) {
+      ASSERT_EQ(got & 0x7c00u, 0x7c00u);
+      ASSERT_NE(got & 0x03ffu, 0u);
+      continue;
+    }
+    ASSERT_EQ(got, rb) << "float bits 0x" << std::hex << float_bits(f);
+  }
+}
+
+TEST(Half, Specials) {
+  EXPECT_EQ(float_to_half(std::numeric_limits<float>::infinity()), 0x7c00);
+  EXPECT_EQ(float_to_half(-std::numeric_limits<float>::infinity()), 0xfc00);
+  EXPECT_EQ(float_to_half(65504.0f), 0x7bff);
+  EXPECT_EQ(float_to_half(65519.99f), 0x7bff);
+  EXPECT_EQ(float_to_half(65520.0f), 0x7c00);  // tie rounds to even: infinity
+  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -24)), 0x0001);
+  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -25)), 0x0000);  // tie to even zero
+  EXPECT_EQ(float_to_half(std::ldexp(1.5f, -25)), 0x0001);
+  EXPECT_EQ(float_to_half(-0.0f), 0x8000);
+  EXPECT_TRUE(std::isnan(half_to_float(float_to_half(std::nanf("")))));
+}
+
+// Exact bf16 round-to-nearest-even computed with doubles: the two neighbours and their midpoint.
+uint16_t bf16_reference(float f) {
+  const uint32_t u = float_bits(f);
+  const uint16_t lo = static_cast<uint16_t>(u >> 16);
+  if ((u & 0xffffu) == 0) return lo;
+  const double a = bf16_to_float(lo);
+  const double b = bf16_to_float(static_cast<uint16_t>(lo + 1));
+  const double mid = (a + b) / 2;
+  const double x = f;
+  if (std::isinf(b)) {  // lo is the largest finite magnitude; its upper neighbour is infinity
+    const double step = std::fabs(a - static_cast<double>(bf16_to_float(static_cast<uint16_t>(lo - 1))));
+    const double m = std::fabs(a) + step / 2;
+    if (std::fabs(x) < m) return lo;
+    if (std::fabs(x) > m) return static_cast<uint16_t>(lo + 1);
+    return (lo & 1) ? static_cast<uint16_t>(lo + 1) : lo;
+  }
+  if ((x > mid) == (b > a) && x != mid) return static_cast<uint16_t>(lo + 1);
+  if (x == mid) return (lo & 1) ? static_cast<uint16_t>(lo + 1) : lo;
+  return lo;
+}
+
+TEST(BFloat16, RandomFloatsRoundToNearestEven) {
+  std::mt19937 rng(99);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 2'000'000; ++i) {
+    uint32_t u = bits(rng);
+    if (i % 4 == 0) u = (u & 0xffff0000u) | 0x8000u;  // exact ties
+    const float f = bits_float(u);
+    if (std::isnan(f)) {
+      ASSERT_TRUE(std::isnan(bf16_to_float(float_to_bf16(f))));
+      continue;
+    }
+    ASSERT_EQ(float_to_bf16(f), bf16_reference(f)) << "float bits 0x" << std::hex << u;
+  }
+}
+
+TEST(BFloat16, SpecialsAndRoundTrip) {
+  EXPECT_EQ(float_to_bf16(std::numeric_limits<float>::infinity()), 0x7f80);
+  EXPECT_EQ(float_to_bf16(3.3895314e38f), 0x7f7f);
+  EXPECT_EQ(float_to_bf16(std::numeric_limits<float>::max()), 0x7f80);  // rounds up to infinity
+  // A NaN whose payload sits only in the dropped bits must stay NaN, not become infinity.
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(bits_float(0x7f800001u)))));
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = bf16_to_float(static_cast<uint16_t>(h));
+    if (!std::isnan(f)) {
+      ASSERT_EQ(float_to_bf16(f), h);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace bev
