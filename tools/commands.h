@@ -1,0 +1,19 @@
+// The bevformer CLI's subcommands: each registers itself on the app and returns the exit code
+// of its run. Exit codes: 0 success, 1 the input was read but failed a check (validation,
+// tolerance), 2 invalid input or usage, 3 an internal or i/o error.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace bev::cli {
+
+using Runner = std::function<int()>;
+
+Runner add_inspect(CLI::App& app);
+
+// Maps an exception escaping a command to a message on stderr and an exit code.
+int report_exception();
+
+}  // namespace bev::cli
