@@ -53,6 +53,14 @@ Checkpoint load_checkpoint(std::shared_ptr<const ByteSource> source, const LoadO
   if (looks_like_zip(source->span()) || (source->size() >= 2 && source->data()[0] == 0x80)) {
     return read_pth(std::move(source), options);
   }
+  // Neither signature matched. When the would-be safetensors header length cannot be right either,
+  // say plainly that this is not a checkpoint rather than blaming a header it never had.
+  if (source->size() < 8 || read_le64(source->data()) > source->size() - 8) {
+    throw Error(ErrorKind::kInvalidInput, "not a checkpoint: neither a PyTorch archive (no ZIP signature) nor "
+                                          "safetensors (its first 8 bytes are no valid header length)")
+        .where(source->name())
+        .expected("a .pth written by torch.save (torch >= 1.6) or a .safetensors file");
+  }
   return read_safetensors(std::move(source));
 }
 

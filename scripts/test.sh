@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Every test: installs what is missing, builds, then runs
+#   1. the release build's tests (unit, golden, CLI; CUDA tests skip without a device),
+#   2. the same tests built with AddressSanitizer + UndefinedBehaviorSanitizer (CPU-only build),
+#   3. each libFuzzer target for FUZZ_SECONDS (default 30) on a seed corpus.
+# Environment: FUZZ_SECONDS, SKIP_ASAN=1, SKIP_FUZZ=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+
+step() { printf '\n== %s\n' "$*"; }
+start=$(date +%s)
+
+step "build (release)"
+bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release
+step "tests (release)"
+ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600
+
+if [ "${SKIP_ASAN:-0}" != 1 ]; then
+  step "build (ASan+UBSan, CPU only)"
+  bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DBEV_SANITIZE=ON -DBEV_CUDA=OFF -DBEV_BENCH=OFF
+  step "tests (ASan+UBSan)"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -j"$(nproc)" --timeout 900 -LE slow
+fi
+
+if [ "${SKIP_FUZZ:-0}" != 1 ]; then
+  step "fuzz (libFuzzer, ${FUZZ_SECONDS:-30} s per target)"
+  bash scripts/build.sh build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+    -DCMAKE_CXX_COMPILER=clang++ -DBEV_FUZZ=ON -DBEV_TESTS=OFF -DBEV_BENCH=OFF -DBEV_CUDA=OFF
+  bash scripts/fuzz.sh build-fuzz "${FUZZ_SECONDS:-30}"
+fi
+
+step "all tests passed in $(( $(date +%s) - start )) s"
