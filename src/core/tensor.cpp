@@ -143,7 +143,7 @@ Tensor Tensor::from_floats(const Shape& shape, std::span<const float> values) {
     throw Error(ErrorKind::kInvalidInput, std::to_string(values.size()) + " values for shape " +
                                               shape_str(shape));
   }
-  std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(float));
+  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(float));
   return t;
 }
 
@@ -157,6 +157,7 @@ int64_t Tensor::size(int64_t d) const {
 }
 
 bool Tensor::is_contiguous() const {
+  if (numel_ == 0) return true;  // nothing is addressed, so any strides describe it densely
   int64_t expected = 1;
   for (size_t i = shape_.size(); i-- > 0;) {
     if (shape_[i] == 1) continue;
