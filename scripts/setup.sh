@@ -8,6 +8,7 @@ PACKAGES=(
   clang libclang-rt-14-dev lld          # libFuzzer targets and sanitizer runtimes
   zlib1g-dev                            # CRC-32 of checkpoint archive entries
   nlohmann-json3-dev libcli11-dev
+  libdnnl-dev                           # oneDNN 2.6: CPU convolutions and matmuls
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 

@@ -1,0 +1,31 @@
+// A backend turns OpNodes into computation on one device. prepare() runs once per weighted op at
+// model load (weight packing, primitive creation); run() executes a node on its tensors and must
+// be callable again on the same node (replay) with the same result.
+#pragma once
+
+#include <memory>
+
+#include "backend/op.h"
+
+namespace bev {
+
+class ThreadPool;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  virtual Device device() const = 0;
+  virtual Precision precision() const = 0;
+
+  // State for conv2d, deform_conv2d and linear: `weight` in PyTorch layout (OIHW or [out, in]),
+  // `bias` optional. The returned object is immutable and shared by every node that uses it.
+  virtual std::shared_ptr<const void> prepare(OpKind kind, const OpAttrs& attrs, const Tensor& weight,
+                                              const Tensor* bias) = 0;
+  virtual void run(const OpNode& node) = 0;
+};
+
+// threads <= 0: one per hardware thread. The pool and oneDNN's OpenMP pool are both sized by it.
+std::unique_ptr<Backend> make_cpu_backend(int threads, Precision precision);
+
+}  // namespace bev

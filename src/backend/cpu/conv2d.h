@@ -1,0 +1,62 @@
+// 2-D convolution on NHWC f32 activations through oneDNN, with bias, residual add and ReLU fused
+// as post-ops: y = relu?(conv(x) + bias + residual?).
+//
+// Weights arrive in PyTorch OIHW f32 and are reordered once, at construction, into the layout the
+// oneDNN kernel prefers (format_tag::any), in bf16 for Precision::kBF16. A primitive is created on
+// the first run for each input shape and reused after that, together with its scratchpad (and,
+// in bf16 mode, the bf16 copy of the source), so a replayed plan allocates nothing.
+// run() may be called from several threads; calls are serialized.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/op.h"
+#include "core/tensor.h"
+
+namespace bev::cpu {
+
+using bev::Conv2dAttrs;  // stride, pad, dilation, groups, relu, residual (backend/op.h)
+using bev::Precision;
+
+class Conv2d {
+ public:
+  // weight_oihw: f32 [O, I/groups, KH, KW]; bias: f32 [O] or null.
+  Conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs& attrs, Precision precision);
+  ~Conv2d();
+  Conv2d(Conv2d&&) noexcept;
+  Conv2d& operator=(Conv2d&&) noexcept;
+
+  // [N, H, W, C] -> [N, HO, WO, O]; throws kInvalidInput if C or the map size do not fit.
+  Shape output_shape(const Shape& input_nhwc) const;
+
+  // x_nhwc: f32 [N, H, W, C] contiguous; residual_nhwc: f32, same shape as y, required iff
+  // attrs.residual; y_nhwc: f32, preallocated with output_shape(x.shape()), contiguous, not
+  // overlapping x. The residual is added in y (oneDNN's sum post-op): passing y itself as the
+  // residual (y already holds the identity, e.g. the downsample conv wrote it there or the block
+  // input's buffer is reused as y) saves a copy of the residual into y: 5% (ResNet-50 layer4) to
+  // 35% (layer1) of an expand conv's time.
+  void run(const Tensor& x_nhwc, const Tensor* residual_nhwc, Tensor& y_nhwc) const;
+
+  // Multiply-adds x2 for one run on this input shape (for GFLOP/s reports).
+  double flops(const Shape& input_nhwc) const;
+  // The oneDNN implementation that runs this input shape, e.g. "brgconv:avx512_core" (reports).
+  std::string impl_name(const Shape& input_nhwc) const;
+
+  const Conv2dAttrs& attrs() const;
+  Precision precision() const;
+
+  // Eval-mode BatchNorm folded into the preceding conv:
+  //   conv'(x) = (conv(x) + b - mean) / sqrt(var + eps) * gamma + beta
+  //   w'[o] = w[o] * s[o],  b'[o] = (b[o] - mean[o]) * s[o] + beta[o],  s = gamma / sqrt(var + eps)
+  // computed in double and stored as new contiguous f32 tensors. bias may be null (zero).
+  static void fold_batch_norm(const Tensor& weight_oihw, const Tensor* bias, const Tensor& gamma,
+                              const Tensor& beta, const Tensor& running_mean, const Tensor& running_var,
+                              float eps, Tensor* folded_weight, Tensor* folded_bias);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace bev::cpu

@@ -1,0 +1,169 @@
+// The CPU backend: oneDNN for convolutions and matmuls, our kernels for the rest. One switch over
+// OpKind (compiled with -Werror=switch): an op without a CPU kernel does not compile.
+#include <memory>
+#include <variant>
+
+#include "backend/backend.h"
+#include "backend/cpu/conv2d.h"
+#include "backend/cpu/deform_conv2d.h"
+#include "backend/cpu/elementwise.h"
+#include "backend/cpu/linear.h"
+#include "backend/cpu/msda.h"
+#include "backend/cpu/onednn.h"
+#include "backend/cpu/pool_resize.h"
+#include "backend/cpu/select.h"
+#include "bevformer/error.h"
+#include "core/thread_pool.h"
+
+namespace bev {
+namespace {
+
+// [..., C] as [rows, C] without copying (inputs are contiguous, Ops checks).
+Tensor rows_view(const Tensor& t) {
+  const int64_t c = t.dim() ? t.size(-1) : 1;
+  return t.reshape({c ? t.numel() / c : 0, c});
+}
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(int threads, Precision precision) : pool_(threads), precision_(precision) {
+    cpu::set_num_threads(pool_.size());
+  }
+
+  const char* name() const override { return "cpu"; }
+  Device device() const override { return Device::kCpu; }
+  Precision precision() const override { return precision_; }
+
+  std::shared_ptr<const void> prepare(OpKind kind, const OpAttrs& attrs, const Tensor& weight,
+                                      const Tensor* bias) override {
+    switch (kind) {
+      case OpKind::conv2d:
+        return std::make_shared<const cpu::Conv2d>(weight, bias, std::get<Conv2dAttrs>(attrs), precision_);
+      case OpKind::deform_conv2d: {
+        const auto& a = std::get<DeformConv2dAttrs>(attrs);
+        return std::make_shared<const cpu::DeformConv2d>(weight, bias, a.stride, a.pad, a.dilation);
+      }
+      case OpKind::linear:
+        return std::make_shared<const cpu::Linear>(weight, bias, std::get<LinearAttrs>(attrs).relu, precision_);
+      default:
+        throw Error(ErrorKind::kInternal, std::string("op ") + op_name(kind) + " has no weights to prepare");
+    }
+  }
+
+  void run(const OpNode& n) override {
+    const auto& in = n.inputs;
+    const Tensor& out = n.outputs.front();
+    switch (n.kind) {
+      case OpKind::conv2d: {
+        Tensor y = out;
+        static_cast<const cpu::Conv2d*>(n.prepared.get())->run(in[0], in.size() > 1 ? &in[1] : nullptr, y);
+        return;
+      }
+      case OpKind::deform_conv2d: {
+        Tensor y = out;
+        static_cast<const cpu::DeformConv2d*>(n.prepared.get())->run(in[0], in[1], y, pool_);
+        return;
+      }
+      case OpKind::linear: {
+        Tensor y = rows_view(out);
+        static_cast<const cpu::Linear*>(n.prepared.get())->run(rows_view(in[0]), y);
+        return;
+      }
+      case OpKind::batched_matmul: {
+        const auto& a = std::get<BatchedMatmulAttrs>(n.attrs);
+        Tensor y = out;
+        cpu::batched_matmul(in[0], in[1], a.transpose_b, a.scale, y, precision_);
+        return;
+      }
+      case OpKind::layer_norm: {
+        Tensor y = rows_view(out);
+        cpu::layer_norm(rows_view(in[0]), in[1], in[2], std::get<LayerNormAttrs>(n.attrs).eps, y, &pool_);
+        return;
+      }
+      case OpKind::softmax: {
+        Tensor y = rows_view(out);
+        cpu::softmax(rows_view(in[0]), y, &pool_);
+        return;
+      }
+      case OpKind::relu: {
+        Tensor y = out;
+        cpu::relu(in[0], y, &pool_);
+        return;
+      }
+      case OpKind::sigmoid: {
+        Tensor y = out;
+        cpu::sigmoid(in[0], y, &pool_);
+        return;
+      }
+      case OpKind::inverse_sigmoid: {
+        Tensor y = out;
+        cpu::inverse_sigmoid(in[0], std::get<InverseSigmoidAttrs>(n.attrs).eps, y, &pool_);
+        return;
+      }
+      case OpKind::add: {
+        Tensor y = out;
+        cpu::add(in[0], in[1], y, &pool_);
+        return;
+      }
+      case OpKind::add_rows: {
+        Tensor y = rows_view(out);
+        cpu::add_rows(rows_view(in[0]), in[1], y, &pool_);
+        return;
+      }
+      case OpKind::max_pool2d: {
+        Tensor y = out;
+        cpu::max_pool2d_3x3_s2_p1(in[0], y);
+        return;
+      }
+      case OpKind::upsample_nearest_add: {
+        Tensor fine = out;
+        cpu::upsample_nearest2x_add(in[0], fine);
+        return;
+      }
+      case OpKind::msda: {
+        const auto& a = std::get<MsdaAttrs>(n.attrs);
+        Tensor y = out;
+        cpu::msda(in[0], a.spatial_shapes, a.level_start, in[1], in[2], y, pool_);
+        return;
+      }
+      case OpKind::topk: {
+        Tensor values = n.outputs[0], indices = n.outputs[1];
+        cpu::topk(in[0], std::get<TopkAttrs>(n.attrs).k, values, indices);
+        return;
+      }
+      case OpKind::gather_rows: {
+        Tensor y = out;
+        cpu::gather_rows(in[0], in[1], y);
+        return;
+      }
+      case OpKind::scatter_add_rows: {
+        Tensor dst = out;
+        cpu::scatter_add_rows(in[0], in[1], dst);
+        return;
+      }
+      case OpKind::concat: {
+        Tensor y = out;
+        cpu::concat(in, std::get<ConcatAttrs>(n.attrs).axis, y);
+        return;
+      }
+      case OpKind::permute: {
+        Tensor y = out;
+        cpu::permute_copy(in[0].permute(std::get<PermuteAttrs>(n.attrs).order), y);
+        return;
+      }
+    }
+    throw Error(ErrorKind::kInternal, "unknown op kind");
+  }
+
+ private:
+  ThreadPool pool_;
+  Precision precision_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int threads, Precision precision) {
+  return std::make_unique<CpuBackend>(threads, precision);
+}
+
+}  // namespace bev

@@ -1,0 +1,362 @@
+// DCNv2 on the CPU as "bilinear im2col + matmul": the column tile has one row per output pixel
+// and K*Cin columns in (tap, cin) order, so with NHWC input every bilinear corner is one
+// contiguous Cin vector (vectorized over Cin), and the weight is reordered once to [K*Cin, Cout]
+// so the tile times the weight writes straight into the NHWC output rows. Tiles are bounded by
+// a byte budget so the column buffer stays small even at base's layer3 (6 x 58 x 100 rows x 2304).
+#include "backend/cpu/deform_conv2d.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <dnnl.hpp>
+
+namespace bev::cpu {
+namespace {
+
+[[noreturn]] void bad_tensor(const Tensor& t, const char* what, const std::string& expected) {
+  std::string got = t.defined() ? t.describe() : std::string("undefined");
+  if (t.defined() && !t.is_contiguous()) got += " (non-contiguous)";
+  throw Error(ErrorKind::kInvalidInput, std::string(what) + " is " + got)
+      .where("deform_conv2d")
+      .expected(expected);
+}
+
+void expect_f32(const Tensor& t, const char* what, const Shape& shape) {
+  if (!t.defined() || t.dtype() != DType::kF32 || t.device() != Device::kCpu || t.shape() != shape ||
+      !t.is_contiguous()) {
+    bad_tensor(t, what, "contiguous host f32" + shape_str(shape));
+  }
+}
+
+float sigmoid_f(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+
+// Up to four bilinear corners of one sample: weights and the corner's Cin vector.
+struct Corners {
+  int n = 0;
+  float w[4];
+  const float* p[4];
+};
+
+// mmcv's dmcn_im2col_bilinear, with the caller's range test folded in: corner weights in f32
+// in mmcv's order, and only the corners inside the map are listed.
+inline void bilinear_corners(const float* xn, int64_t H, int64_t W, int64_t C, float h, float w, Corners& c) {
+  c.n = 0;
+  // Written so that NaN positions fail the test (mmcv reads 0 there).
+  if (!(h > -1.0f && w > -1.0f && h < static_cast<float>(H) && w < static_cast<float>(W))) return;
+  const int64_t h_low = static_cast<int64_t>(std::floor(h));
+  const int64_t w_low = static_cast<int64_t>(std::floor(w));
+  const int64_t h_high = h_low + 1, w_high = w_low + 1;
+  const float lh = h - static_cast<float>(h_low), lw = w - static_cast<float>(w_low);
+  const float hh = 1.0f - lh, hw = 1.0f - lw;
+  auto add = [&](int64_t y, int64_t x, float wt) {
+    c.w[c.n] = wt;
+    c.p[c.n] = xn + (y * W + x) * C;
+    ++c.n;
+  };
+  if (h_low >= 0 && w_low >= 0) add(h_low, w_low, hh * hw);
+  if (h_low >= 0 && w_high <= W - 1) add(h_low, w_high, hh * lw);
+  if (h_high <= H - 1 && w_low >= 0) add(h_high, w_low, lh * hw);
+  if (h_high <= H - 1 && w_high <= W - 1) add(h_high, w_high, lh * lw);
+}
+
+// d[c] = (sum_q w_q * p_q[c]) * mask. With no corner the result is 0 * mask, as in mmcv (so a
+// NaN mask still poisons the output the way upstream's does).
+void combine_scalar(const Corners& k, float mask, float* d, int64_t C) {
+  for (int64_t c = 0; c < C; ++c) {
+    float v = 0.0f;
+    for (int q = 0; q < k.n; ++q) v += k.w[q] * k.p[q][c];
+    d[c] = v * mask;
+  }
+}
+
+__attribute__((target("avx512f"))) void combine_avx512(const Corners& k, float mask, float* d, int64_t C) {
+  const __m512 vm = _mm512_set1_ps(mask);
+  __m512 vw[4];
+  for (int q = 0; q < k.n; ++q) vw[q] = _mm512_set1_ps(k.w[q]);
+  int64_t c = 0;
+  if (k.n == 4) {  // the common case, unrolled
+    for (; c + 16 <= C; c += 16) {
+      __m512 a = _mm512_mul_ps(vw[0], _mm512_loadu_ps(k.p[0] + c));
+      a = _mm512_fmadd_ps(vw[1], _mm512_loadu_ps(k.p[1] + c), a);
+      a = _mm512_fmadd_ps(vw[2], _mm512_loadu_ps(k.p[2] + c), a);
+      a = _mm512_fmadd_ps(vw[3], _mm512_loadu_ps(k.p[3] + c), a);
+      _mm512_storeu_ps(d + c, _mm512_mul_ps(a, vm));
+    }
+  } else {
+    for (; c + 16 <= C; c += 16) {
+      __m512 a = _mm512_setzero_ps();
+      for (int q = 0; q < k.n; ++q) a = _mm512_fmadd_ps(vw[q], _mm512_loadu_ps(k.p[q] + c), a);
+      _mm512_storeu_ps(d + c, _mm512_mul_ps(a, vm));
+    }
+  }
+  if (c < C) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (C - c)) - 1u);
+    __m512 a = _mm512_setzero_ps();
+    for (int q = 0; q < k.n; ++q) a = _mm512_fmadd_ps(vw[q], _mm512_maskz_loadu_ps(m, k.p[q] + c), a);
+    _mm512_mask_storeu_ps(d + c, m, _mm512_mul_ps(a, vm));
+  }
+}
+
+// __builtin_cpu_init first: this may run during static initialization, before libgcc's own.
+const bool kHaveAvx512 = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") != 0;
+}();
+
+struct Geometry {
+  int64_t n, h, w, cin, ho, wo, kh, kw, stride, pad, dil;
+};
+
+// Fills column rows for output pixels [b, e) (flattened n, ho, wo); row p goes to col + (p - p0) * K*Cin.
+void sample_rows(const Geometry& g, const float* x, const float* om, float* col, int64_t p0, int64_t b, int64_t e) {
+  const int64_t taps = g.kh * g.kw, row_len = taps * g.cin, hw_out = g.ho * g.wo;
+  Corners k;
+  for (int64_t p = b; p < e; ++p) {
+    const int64_t n = p / hw_out, r = p % hw_out, ho = r / g.wo, wo = r % g.wo;
+    const float* xn = x + n * g.h * g.w * g.cin;
+    const float* o = om + p * 3 * taps;
+    float* dst = col + (p - p0) * row_len;
+    for (int64_t i = 0; i < g.kh; ++i) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const int64_t t = i * g.kw + j;
+        // mmcv: int base position plus the f32 offset, in f32.
+        const float hy = static_cast<float>(ho * g.stride - g.pad + i * g.dil) + o[2 * t];
+        const float wx = static_cast<float>(wo * g.stride - g.pad + j * g.dil) + o[2 * t + 1];
+        bilinear_corners(xn, g.h, g.w, g.cin, hy, wx, k);
+        const float mask = sigmoid_f(o[2 * taps + t]);
+        if (kHaveAvx512) {
+          combine_avx512(k, mask, dst + t * g.cin, g.cin);
+        } else {
+          combine_scalar(k, mask, dst + t * g.cin, g.cin);
+        }
+      }
+    }
+  }
+}
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+}  // namespace
+
+struct DeformConv2d::Impl {
+  int64_t cout = 0, cin = 0, kh = 0, kw = 0;
+  int stride = 1, pad = 0, dil = 1;
+  size_t col_budget = 0;
+  Tensor weight_kc;  // [kh*kw*Cin, Cout]
+  Tensor bias_1c;    // [1, Cout] or undefined
+
+  // Mutable state of run(), guarded by mu: the column tile and one matmul per tile height
+  // (a run has at most two: full tiles and the last one).
+  mutable std::mutex mu;
+  mutable Tensor scratch;
+  mutable std::map<int64_t, dnnl::matmul> matmuls;
+
+  const dnnl::matmul& matmul_for(int64_t m) const {
+    auto it = matmuls.find(m);
+    if (it != matmuls.end()) return it->second;
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    const int64_t k = kh * kw * cin;
+    const dnnl::memory::desc src({m, k}, dt::f32, tag::ab);
+    const dnnl::memory::desc wei({k, cout}, dt::f32, tag::ab);
+    const dnnl::memory::desc dst({m, cout}, dt::f32, tag::ab);
+    const dnnl::memory::desc bias({1, cout}, dt::f32, tag::ab);
+    const dnnl::matmul::desc d =
+        bias_1c.defined() ? dnnl::matmul::desc(src, wei, bias, dst) : dnnl::matmul::desc(src, wei, dst);
+    const dnnl::matmul::primitive_desc pd(d, cpu_engine());
+    return matmuls.emplace(m, dnnl::matmul(pd)).first->second;
+  }
+};
+
+DeformConv2d::DeformConv2d(const Tensor& weight_oihw, const Tensor* bias, int stride, int pad, int dilation,
+                           size_t col_budget_bytes)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  if (!weight_oihw.defined() || weight_oihw.dtype() != DType::kF32 || weight_oihw.dim() != 4 ||
+      weight_oihw.numel() == 0) {
+    bad_tensor(weight_oihw, "weight", "f32 [Cout, Cin, kh, kw], non-empty");
+  }
+  if (stride < 1 || pad < 0 || dilation < 1) {
+    throw Error(ErrorKind::kInvalidInput, "stride " + std::to_string(stride) + ", pad " + std::to_string(pad) +
+                                              ", dilation " + std::to_string(dilation))
+        .where("deform_conv2d")
+        .expected("stride >= 1, pad >= 0, dilation >= 1");
+  }
+  const Tensor w = weight_oihw.contiguous();
+  s.cout = w.size(0);
+  s.cin = w.size(1);
+  s.kh = w.size(2);
+  s.kw = w.size(3);
+  s.stride = stride;
+  s.pad = pad;
+  s.dil = dilation;
+  s.col_budget = col_budget_bytes;
+  const int64_t taps = s.kh * s.kw;
+  s.weight_kc = Tensor::empty({taps * s.cin, s.cout}, DType::kF32);
+  const float* src = w.data<float>();
+  float* dst = s.weight_kc.data<float>();
+  for (int64_t co = 0; co < s.cout; ++co) {
+    for (int64_t ci = 0; ci < s.cin; ++ci) {
+      for (int64_t t = 0; t < taps; ++t) dst[(t * s.cin + ci) * s.cout + co] = src[(co * s.cin + ci) * taps + t];
+    }
+  }
+  if (bias != nullptr) {
+    if (!bias->defined() || bias->dtype() != DType::kF32 || bias->shape() != Shape{s.cout}) {
+      bad_tensor(*bias, "bias", "f32" + shape_str({s.cout}));
+    }
+    s.bias_1c = bias->contiguous().clone().reshape({1, s.cout});
+  }
+}
+
+DeformConv2d::~DeformConv2d() = default;
+DeformConv2d::DeformConv2d(DeformConv2d&&) noexcept = default;
+DeformConv2d& DeformConv2d::operator=(DeformConv2d&&) noexcept = default;
+
+int64_t DeformConv2d::in_channels() const { return impl_->cin; }
+int64_t DeformConv2d::out_channels() const { return impl_->cout; }
+
+Shape DeformConv2d::output_shape(const Shape& x) const {
+  const Impl& s = *impl_;
+  const std::string want = "[N, H, W, " + std::to_string(s.cin) + "]";
+  if (x.size() != 4 || x[3] != s.cin) {
+    throw Error(ErrorKind::kInvalidInput, "input x has shape " + shape_str(x)).where("deform_conv2d").expected(want);
+  }
+  const int64_t ho = (x[1] + 2 * s.pad - (s.dil * (s.kh - 1) + 1)) / s.stride + 1;
+  const int64_t wo = (x[2] + 2 * s.pad - (s.dil * (s.kw - 1) + 1)) / s.stride + 1;
+  if (x[1] < 1 || x[2] < 1 || ho < 1 || wo < 1) {
+    throw Error(ErrorKind::kInvalidInput, "input x of shape " + shape_str(x) + " leaves no output pixel")
+        .where("deform_conv2d")
+        .expected("H, W >= 1 and large enough for the dilated kernel");
+  }
+  return {x[0], ho, wo, s.cout};
+}
+
+void DeformConv2d::run(const Tensor& x, const Tensor& offset_mask, Tensor& y, ThreadPool& pool) const {
+  const Impl& s = *impl_;
+  if (!x.defined()) bad_tensor(x, "input x", "f32 [N, H, W, Cin]");
+  const Shape y_shape = output_shape(x.shape());
+  expect_f32(x, "input x", x.shape());
+  const int64_t taps = s.kh * s.kw;
+  expect_f32(offset_mask, "offset_mask", {y_shape[0], y_shape[1], y_shape[2], 3 * taps});
+  expect_f32(y, "output y", y_shape);
+  const Geometry g{x.size(0), x.size(1), x.size(2), s.cin, y_shape[1], y_shape[2], s.kh, s.kw, s.stride, s.pad, s.dil};
+  const int64_t rows = g.n * g.ho * g.wo;
+  if (rows == 0) return;
+  const int64_t row_len = taps * s.cin;
+  // Equal tiles under the budget, so there are at most two tile heights.
+  const int64_t budget_rows = std::max<int64_t>(1, static_cast<int64_t>(s.col_budget / sizeof(float)) / row_len);
+  const int64_t tiles = (rows + budget_rows - 1) / budget_rows;
+  const int64_t tile = (rows + tiles - 1) / tiles;
+
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.scratch.defined() || s.scratch.numel() < tile * row_len) {
+    s.scratch = Tensor::empty({tile * row_len}, DType::kF32);
+  }
+  const float* xp = x.data<float>();
+  const float* om = offset_mask.data<float>();
+  float* col = s.scratch.data<float>();
+  float* yp = y.data<float>();
+  try {
+    dnnl::stream stream(cpu_engine());
+    const dnnl::engine& eng = cpu_engine();
+    const dnnl::memory wei_mem(dnnl::memory::desc({row_len, s.cout}, dnnl::memory::data_type::f32,
+                                                  dnnl::memory::format_tag::ab),
+                               eng, s.weight_kc.raw_data());
+    for (int64_t p0 = 0; p0 < rows; p0 += tile) {
+      const int64_t m = std::min(tile, rows - p0);
+      pool.parallel_for(m, 8, [&](int64_t b, int64_t e) { sample_rows(g, xp, om, col, p0, p0 + b, p0 + e); });
+      const dnnl::matmul& mm = s.matmul_for(m);
+      using dt = dnnl::memory::data_type;
+      using tag = dnnl::memory::format_tag;
+      const dnnl::memory src_mem(dnnl::memory::desc({m, row_len}, dt::f32, tag::ab), eng, col);
+      const dnnl::memory dst_mem(dnnl::memory::desc({m, s.cout}, dt::f32, tag::ab), eng, yp + p0 * s.cout);
+      std::unordered_map<int, dnnl::memory> args{
+          {DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, wei_mem}, {DNNL_ARG_DST, dst_mem}};
+      if (s.bias_1c.defined()) {
+        args.emplace(DNNL_ARG_BIAS, dnnl::memory(dnnl::memory::desc({1, s.cout}, dt::f32, tag::ab), eng,
+                                                 s.bias_1c.raw_data()));
+      }
+      mm.execute(stream, args);
+      stream.wait();
+    }
+  } catch (const dnnl::error& e) {
+    throw Error(ErrorKind::kInternal, std::string("oneDNN matmul failed: ") + e.what()).where("deform_conv2d");
+  }
+}
+
+void deform_conv2d_reference(const Tensor& x, const Tensor& offset_mask, const Tensor& weight_oihw,
+                             const Tensor* bias, int stride, int pad, int dilation, Tensor& y) {
+  // Shape checks are the optimized path's; the kernel itself stays in plain loops below.
+  const DeformConv2d shape_only(weight_oihw, bias, stride, pad, dilation);
+  if (!x.defined()) bad_tensor(x, "input x", "f32 [N, H, W, Cin]");
+  const Shape ys = shape_only.output_shape(x.shape());
+  const int64_t cout = weight_oihw.size(0), cin = weight_oihw.size(1), kh = weight_oihw.size(2),
+                kw = weight_oihw.size(3), taps = kh * kw;
+  expect_f32(x, "input x", x.shape());
+  expect_f32(offset_mask, "offset_mask", {ys[0], ys[1], ys[2], 3 * taps});
+  expect_f32(y, "output y", ys);
+  const Tensor w = weight_oihw.contiguous();
+  const float* wp = w.data<float>();
+  const Tensor b = bias ? bias->contiguous() : Tensor();
+  const float* bp = bias ? b.data<float>() : nullptr;
+  const int64_t H = x.size(1), W = x.size(2);
+  const float* xp = x.data<float>();
+  const float* om = offset_mask.data<float>();
+  float* yp = y.data<float>();
+  std::vector<float> sample(static_cast<size_t>(taps * cin));
+  for (int64_t n = 0; n < ys[0]; ++n) {
+    const float* xn = xp + n * H * W * cin;
+    auto at = [&](int64_t yy, int64_t xx, int64_t c) { return xn[(yy * W + xx) * cin + c]; };
+    for (int64_t ho = 0; ho < ys[1]; ++ho) {
+      for (int64_t wo = 0; wo < ys[2]; ++wo) {
+        const float* o = om + ((n * ys[1] + ho) * ys[2] + wo) * 3 * taps;
+        for (int64_t i = 0; i < kh; ++i) {
+          for (int64_t j = 0; j < kw; ++j) {
+            const int64_t t = i * kw + j;
+            const float h_im = static_cast<float>(ho * stride - pad + i * dilation) + o[2 * t];
+            const float w_im = static_cast<float>(wo * stride - pad + j * dilation) + o[2 * t + 1];
+            const float mask = 1.0f / (1.0f + std::exp(-o[2 * taps + t]));
+            for (int64_t c = 0; c < cin; ++c) {
+              float val = 0.0f;
+              if (h_im > -1 && w_im > -1 && h_im < static_cast<float>(H) && w_im < static_cast<float>(W)) {
+                const int64_t h_low = static_cast<int64_t>(std::floor(h_im));
+                const int64_t w_low = static_cast<int64_t>(std::floor(w_im));
+                const int64_t h_high = h_low + 1, w_high = w_low + 1;
+                const float lh = h_im - static_cast<float>(h_low), lw = w_im - static_cast<float>(w_low);
+                const float hh = 1 - lh, hw = 1 - lw;
+                const float v1 = (h_low >= 0 && w_low >= 0) ? at(h_low, w_low, c) : 0.0f;
+                const float v2 = (h_low >= 0 && w_high <= W - 1) ? at(h_low, w_high, c) : 0.0f;
+                const float v3 = (h_high <= H - 1 && w_low >= 0) ? at(h_high, w_low, c) : 0.0f;
+                const float v4 = (h_high <= H - 1 && w_high <= W - 1) ? at(h_high, w_high, c) : 0.0f;
+                val = hh * hw * v1 + hh * lw * v2 + lh * hw * v3 + lh * lw * v4;
+              }
+              sample[static_cast<size_t>(t * cin + c)] = val * mask;
+            }
+          }
+        }
+        float* yo = yp + ((n * ys[1] + ho) * ys[2] + wo) * cout;
+        for (int64_t co = 0; co < cout; ++co) {
+          double acc = bp ? bp[co] : 0.0;
+          for (int64_t c = 0; c < cin; ++c) {
+            for (int64_t t = 0; t < taps; ++t) {
+              acc += static_cast<double>(sample[static_cast<size_t>(t * cin + c)]) * wp[(co * cin + c) * taps + t];
+            }
+          }
+          yo[co] = static_cast<float>(acc);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace bev::cpu

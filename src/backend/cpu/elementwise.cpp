@@ -1,0 +1,382 @@
+// The row kernels (layer_norm, softmax) have an AVX-512 path chosen at run time (the build has no
+// -march), the rest are plain loops the compiler vectorizes. softmax's AVX-512 path has its own
+// exp (within ~2 ulp of libm's expf; PyTorch's CPU softmax uses Sleef's, also not libm), so the
+// two paths agree to rounding, not bit for bit; one machine always takes the same path.
+#include "backend/cpu/elementwise.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+namespace bev::cpu {
+namespace {
+
+[[noreturn]] void bad(const char* op, const Tensor& t, const char* what, const std::string& expected) {
+  std::string got = t.defined() ? t.describe() : std::string("undefined");
+  if (t.defined() && !t.is_contiguous()) got += " (non-contiguous)";
+  throw Error(ErrorKind::kInvalidInput, std::string(what) + " is " + got).where(op).expected(expected);
+}
+
+void expect_f32(const char* op, const Tensor& t, const char* what, const Shape& shape) {
+  if (!t.defined() || t.dtype() != DType::kF32 || t.device() != Device::kCpu || t.shape() != shape ||
+      !t.is_contiguous()) {
+    bad(op, t, what, "contiguous host f32" + shape_str(shape));
+  }
+}
+
+// x must be contiguous f32 of any rank >= 1 (a [M, C] view); returns C.
+int64_t expect_rows(const char* op, const Tensor& x, const char* what) {
+  if (!x.defined() || x.dtype() != DType::kF32 || x.device() != Device::kCpu || x.dim() < 1 || !x.is_contiguous()) {
+    bad(op, x, what, "contiguous host f32 [..., C]");
+  }
+  return x.size(-1);
+}
+
+// Output y may alias an input exactly (in place) but must not overlap it partially.
+// With may_alias false (a broadcast input) any overlap is refused.
+void expect_no_partial_overlap(const char* op, const Tensor& in, const Tensor& y, bool may_alias = true) {
+  const auto* a = static_cast<const char*>(in.raw_data());
+  const auto* b = static_cast<const char*>(y.raw_data());
+  const size_t n = in.nbytes();
+  if (!(may_alias && a == b && n == y.nbytes()) && a < b + y.nbytes() && b < a + n) {
+    throw Error(ErrorKind::kInvalidInput, "output overlaps an input partially").where(op)
+        .expected("y either the same memory as the input or disjoint from it");
+  }
+}
+
+template <typename Fn>
+void for_rows(ThreadPool* pool, int64_t rows, int64_t grain, const Fn& fn) {
+  if (pool == nullptr || pool->size() == 1 || rows <= grain) {
+    fn(int64_t{0}, rows);
+  } else {
+    pool->parallel_for(rows, grain, fn);
+  }
+}
+
+const bool kHaveAvx512 = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") != 0;
+}();
+
+inline __mmask16 tail_mask(int64_t left) { return static_cast<__mmask16>((1u << left) - 1u); }
+
+// GCC 12's _mm512_reduce_*_ps and _mm512_max_ps expand to _mm512_undefined_ps(), which trips
+// -Wmaybe-uninitialized (fixed in GCC 13); these spell the same operations without it.
+__attribute__((target("avx512f"))) inline float hsum16(__m512 v) {
+  alignas(64) float t[16];
+  _mm512_store_ps(t, v);
+  float s = 0.0f;
+  for (float e : t) s += e;
+  return s;
+}
+__attribute__((target("avx512f"))) inline float hmax16(__m512 v) {
+  alignas(64) float t[16];
+  _mm512_store_ps(t, v);
+  float m = t[0];
+  for (float e : t) m = e > m ? e : m;
+  return m;
+}
+__attribute__((target("avx512f"))) inline __m512 max16(__m512 a, __m512 b) {
+  return _mm512_mask_max_ps(b, static_cast<__mmask16>(0xFFFF), a, b);
+}
+
+// ---- layer_norm ----
+
+void ln_rows_scalar(const float* x, const float* g, const float* b, float eps, float* y, int64_t c_len,
+                    int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * c_len;
+    float* yr = y + r * c_len;
+    float sum = 0.0f;
+    for (int64_t c = 0; c < c_len; ++c) sum += xr[c];
+    const float mean = sum / static_cast<float>(c_len);
+    float sq = 0.0f;
+    for (int64_t c = 0; c < c_len; ++c) sq += (xr[c] - mean) * (xr[c] - mean);
+    const float rstd = 1.0f / std::sqrt(sq / static_cast<float>(c_len) + eps);
+    for (int64_t c = 0; c < c_len; ++c) yr[c] = (xr[c] - mean) * rstd * g[c] + b[c];
+  }
+}
+
+__attribute__((target("avx512f"))) void ln_rows_avx512(const float* x, const float* g, const float* b, float eps,
+                                                        float* y, int64_t c_len, int64_t r0, int64_t r1) {
+  const int64_t full = c_len / 16 * 16;
+  const __mmask16 tm = tail_mask(c_len - full);
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * c_len;
+    float* yr = y + r * c_len;
+    __m512 s = _mm512_setzero_ps();
+    for (int64_t c = 0; c < full; c += 16) s = _mm512_add_ps(s, _mm512_loadu_ps(xr + c));
+    if (tm) s = _mm512_add_ps(s, _mm512_maskz_loadu_ps(tm, xr + full));
+    const float mean = hsum16(s) / static_cast<float>(c_len);
+    const __m512 vmean = _mm512_set1_ps(mean);
+    __m512 q = _mm512_setzero_ps();
+    for (int64_t c = 0; c < full; c += 16) {
+      const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(xr + c), vmean);
+      q = _mm512_fmadd_ps(d, d, q);
+    }
+    if (tm) {
+      const __m512 d = _mm512_maskz_sub_ps(tm, _mm512_maskz_loadu_ps(tm, xr + full), vmean);
+      q = _mm512_fmadd_ps(d, d, q);
+    }
+    const float rstd = 1.0f / std::sqrt(hsum16(q) / static_cast<float>(c_len) + eps);
+    const __m512 vr = _mm512_set1_ps(rstd);
+    for (int64_t c = 0; c < full; c += 16) {
+      const __m512 d = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(xr + c), vmean), vr);
+      _mm512_storeu_ps(yr + c, _mm512_fmadd_ps(d, _mm512_loadu_ps(g + c), _mm512_loadu_ps(b + c)));
+    }
+    if (tm) {
+      const __m512 d = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(tm, xr + full), vmean), vr);
+      const __m512 gv = _mm512_maskz_loadu_ps(tm, g + full), bv = _mm512_maskz_loadu_ps(tm, b + full);
+      _mm512_mask_storeu_ps(yr + full, tm, _mm512_fmadd_ps(d, gv, bv));
+    }
+  }
+}
+
+// ---- softmax ----
+
+// exp on 16 lanes (Cephes expf: n = round(x / ln 2), r = x - n ln 2 in two parts, degree-6
+// polynomial, times 2^n by scalef), within ~2 ulp of libm's expf. Scalar expf dominated softmax
+// (~4 ns per element); this is ~10x cheaper. x is clamped so that -inf gives 0 and +inf gives
+// inf; NaN lanes stay NaN.
+__attribute__((target("avx512f"))) inline __m512 exp16(__m512 x) {
+  const __mmask16 all = 0xFFFF;
+  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  __m512 v = _mm512_mask_min_ps(x, all, x, _mm512_set1_ps(89.0f));
+  v = _mm512_mask_max_ps(v, all, v, _mm512_set1_ps(-104.0f));
+  const __m512 n = _mm512_mask_roundscale_ps(v, all, _mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f)),
+                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), v);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512 e = _mm512_mask_scalef_ps(p, all, p, n);
+  return _mm512_mask_blend_ps(nan, e, x);
+}
+
+void softmax_rows_scalar(const float* x, float* y, int64_t c_len, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * c_len;
+    float* yr = y + r * c_len;
+    float mx = -std::numeric_limits<float>::infinity();
+    bool nan = false;
+    for (int64_t c = 0; c < c_len; ++c) {
+      nan |= std::isnan(xr[c]);
+      mx = xr[c] > mx ? xr[c] : mx;
+    }
+    if (nan) mx = std::numeric_limits<float>::quiet_NaN();  // as PyTorch: NaN anywhere poisons the row
+    float sum = 0.0f;
+    for (int64_t c = 0; c < c_len; ++c) {
+      yr[c] = std::exp(xr[c] - mx);
+      sum += yr[c];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t c = 0; c < c_len; ++c) yr[c] *= inv;
+  }
+}
+
+__attribute__((target("avx512f"))) void softmax_rows_avx512(const float* x, float* y, int64_t c_len, int64_t r0,
+                                                             int64_t r1) {
+  const int64_t full = c_len / 16 * 16;
+  const __mmask16 tm = tail_mask(c_len - full);
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * c_len;
+    float* yr = y + r * c_len;
+    // _mm512_max_ps drops a NaN in its first operand, so the row's NaN is detected apart.
+    __m512 m = ninf;
+    __mmask16 nan = 0;
+    for (int64_t c = 0; c < full; c += 16) {
+      const __m512 v = _mm512_loadu_ps(xr + c);
+      nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      m = max16(v, m);
+    }
+    if (tm) {
+      const __m512 v = _mm512_mask_loadu_ps(ninf, tm, xr + full);
+      nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      m = max16(v, m);
+    }
+    const float mx = nan ? std::numeric_limits<float>::quiet_NaN() : hmax16(m);
+    const __m512 vmx = _mm512_set1_ps(mx);
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t c = 0; c < full; c += 16) {
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(xr + c), vmx));
+      _mm512_storeu_ps(yr + c, e);
+      sum = _mm512_add_ps(sum, e);
+    }
+    if (tm) {
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tm, xr + full), vmx));
+      _mm512_mask_storeu_ps(yr + full, tm, e);
+      sum = _mm512_mask_add_ps(sum, tm, sum, e);
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / hsum16(sum));
+    for (int64_t c = 0; c < full; c += 16) _mm512_storeu_ps(yr + c, _mm512_mul_ps(_mm512_loadu_ps(yr + c), inv));
+    if (tm) _mm512_mask_storeu_ps(yr + full, tm, _mm512_mul_ps(_mm512_maskz_loadu_ps(tm, yr + full), inv));
+  }
+}
+
+// Rows narrower than a vector (TSA's and the decoder's 4 points per head): one exp16 per row
+// would waste most lanes and pay a horizontal max and sum per row, so the rows are shifted by
+// their max in scalar code, exponentiated as one flat array, then normalized row by row.
+__attribute__((target("avx512f"))) void softmax_narrow_rows_avx512(const float* x, float* y, int64_t c_len,
+                                                                    int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * c_len;
+    float* yr = y + r * c_len;
+    float mx = xr[0];
+    bool nan = false;
+    for (int64_t c = 0; c < c_len; ++c) {
+      nan |= std::isnan(xr[c]);
+      mx = xr[c] > mx ? xr[c] : mx;
+    }
+    if (nan) mx = std::numeric_limits<float>::quiet_NaN();
+    for (int64_t c = 0; c < c_len; ++c) yr[c] = xr[c] - mx;
+  }
+  float* flat = y + r0 * c_len;
+  const int64_t n = (r1 - r0) * c_len, full = n / 16 * 16;
+  for (int64_t i = 0; i < full; i += 16) _mm512_storeu_ps(flat + i, exp16(_mm512_loadu_ps(flat + i)));
+  if (const __mmask16 tm = tail_mask(n - full)) {
+    _mm512_mask_storeu_ps(flat + full, tm, exp16(_mm512_maskz_loadu_ps(tm, flat + full)));
+  }
+  for (int64_t r = r0; r < r1; ++r) {
+    float* yr = y + r * c_len;
+    float sum = 0.0f;
+    for (int64_t c = 0; c < c_len; ++c) sum += yr[c];
+    const float inv = 1.0f / sum;
+    for (int64_t c = 0; c < c_len; ++c) yr[c] *= inv;
+  }
+}
+
+// Elementwise map over a flat range, split across the pool in 16K-element chunks.
+template <typename Fn>
+void map_flat(ThreadPool* pool, int64_t n, const Fn& fn) {
+  for_rows(pool, n, int64_t{1} << 14, fn);
+}
+
+}  // namespace
+
+void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& y, ThreadPool* pool) {
+  const char* op = "layer_norm";
+  const int64_t c_len = expect_rows(op, x, "input x");
+  expect_f32(op, gamma, "gamma", {c_len});
+  expect_f32(op, beta, "beta", {c_len});
+  expect_f32(op, y, "output y", x.shape());
+  expect_no_partial_overlap(op, x, y);
+  if (x.numel() == 0) return;
+  const int64_t rows = x.numel() / c_len;
+  const float* xp = x.data<float>();
+  const float* g = gamma.data<float>();
+  const float* b = beta.data<float>();
+  float* yp = y.data<float>();
+  for_rows(pool, rows, std::max<int64_t>(1, 4096 / c_len), [&](int64_t r0, int64_t r1) {
+    if (kHaveAvx512) {
+      ln_rows_avx512(xp, g, b, eps, yp, c_len, r0, r1);
+    } else {
+      ln_rows_scalar(xp, g, b, eps, yp, c_len, r0, r1);
+    }
+  });
+}
+
+void softmax(const Tensor& x, Tensor& y, ThreadPool* pool) {
+  const char* op = "softmax";
+  const int64_t c_len = expect_rows(op, x, "input x");
+  expect_f32(op, y, "output y", x.shape());
+  expect_no_partial_overlap(op, x, y);
+  if (x.numel() == 0) return;
+  const int64_t rows = x.numel() / c_len;
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  for_rows(pool, rows, std::max<int64_t>(1, 4096 / c_len), [&](int64_t r0, int64_t r1) {
+    if (kHaveAvx512 && c_len < 16) {
+      softmax_narrow_rows_avx512(xp, yp, c_len, r0, r1);
+    } else if (kHaveAvx512) {
+      softmax_rows_avx512(xp, yp, c_len, r0, r1);
+    } else {
+      softmax_rows_scalar(xp, yp, c_len, r0, r1);
+    }
+  });
+}
+
+void relu(const Tensor& x, Tensor& y, ThreadPool* pool) {
+  expect_rows("relu", x, "input x");
+  expect_f32("relu", y, "output y", x.shape());
+  expect_no_partial_overlap("relu", x, y);
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  map_flat(pool, x.numel(), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) yp[i] = (xp[i] > 0.0f || std::isnan(xp[i])) ? xp[i] : 0.0f;
+  });
+}
+
+void sigmoid(const Tensor& x, Tensor& y, ThreadPool* pool) {
+  expect_rows("sigmoid", x, "input x");
+  expect_f32("sigmoid", y, "output y", x.shape());
+  expect_no_partial_overlap("sigmoid", x, y);
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  map_flat(pool, x.numel(), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) yp[i] = 1.0f / (1.0f + std::exp(-xp[i]));
+  });
+}
+
+void inverse_sigmoid(const Tensor& x, float eps, Tensor& y, ThreadPool* pool) {
+  expect_rows("inverse_sigmoid", x, "input x");
+  expect_f32("inverse_sigmoid", y, "output y", x.shape());
+  expect_no_partial_overlap("inverse_sigmoid", x, y);
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  map_flat(pool, x.numel(), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      // Comparisons written so that NaN falls through every clamp, as torch.clamp lets it.
+      float v = xp[i];
+      v = v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
+      const float x1 = v < eps ? eps : v;
+      const float one_minus = 1.0f - v;
+      const float x2 = one_minus < eps ? eps : one_minus;
+      yp[i] = std::log(x1 / x2);
+    }
+  });
+}
+
+void add(const Tensor& a, const Tensor& b, Tensor& y, ThreadPool* pool) {
+  expect_rows("add", a, "input a");
+  expect_f32("add", b, "input b", a.shape());
+  expect_f32("add", y, "output y", a.shape());
+  expect_no_partial_overlap("add", a, y);
+  expect_no_partial_overlap("add", b, y);
+  const float* ap = a.data<float>();
+  const float* bp = b.data<float>();
+  float* yp = y.data<float>();
+  map_flat(pool, a.numel(), [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) yp[i] = ap[i] + bp[i];
+  });
+}
+
+void add_rows(const Tensor& a, const Tensor& row, Tensor& y, ThreadPool* pool) {
+  const int64_t c_len = expect_rows("add_rows", a, "input a");
+  expect_f32("add_rows", row, "row", {c_len});
+  expect_f32("add_rows", y, "output y", a.shape());
+  expect_no_partial_overlap("add_rows", a, y);
+  expect_no_partial_overlap("add_rows", row, y, /*may_alias=*/false);
+  if (a.numel() == 0) return;
+  const float* ap = a.data<float>();
+  const float* rp = row.data<float>();
+  float* yp = y.data<float>();
+  for_rows(pool, a.numel() / c_len, std::max<int64_t>(1, 16384 / c_len), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* ar = ap + r * c_len;
+      float* yr = yp + r * c_len;
+      for (int64_t c = 0; c < c_len; ++c) yr[c] = ar[c] + rp[c];
+    }
+  });
+}
+
+}  // namespace bev::cpu

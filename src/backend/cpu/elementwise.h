@@ -1,0 +1,38 @@
+// Row-wise and elementwise f32 ops of the bev stage. Every tensor is contiguous host f32;
+// outputs are preallocated with the input's shape. "In place" means y may be the very same
+// memory as x (partial overlap is refused). `pool` is optional: null runs on the caller.
+#pragma once
+
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+namespace bev::cpu {
+
+// LayerNorm over the last dim C (x viewed as [M, C]); gamma, beta [C]. Two passes per row in
+// f32 (mean, then mean of squared deviations, biased variance as PyTorch), so a large mean does
+// not cancel the variance. y = (x - mean) / sqrt(var + eps) * gamma + beta. In place allowed.
+void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& y,
+                ThreadPool* pool = nullptr);
+
+// Softmax over the last dim: exp(x - max) / sum, the sum in f32, then multiplied by 1/sum as
+// PyTorch's CPU kernel does. A row of all -inf gives NaN (as PyTorch). In place allowed.
+void softmax(const Tensor& x, Tensor& y, ThreadPool* pool = nullptr);
+
+// max(x, 0); NaN stays NaN (torch.relu). In place allowed.
+void relu(const Tensor& x, Tensor& y, ThreadPool* pool = nullptr);
+
+// 1 / (1 + exp(-x)) in f32; saturates to exactly 0 and 1. In place allowed.
+void sigmoid(const Tensor& x, Tensor& y, ThreadPool* pool = nullptr);
+
+// Upstream's inverse_sigmoid: x clamped to [0, 1], x1 = max(x, eps), x2 = max(1 - x, eps),
+// log(x1 / x2) (division, then log). NaN stays NaN, as torch.clamp lets it through. Upstream's
+// eps is 1e-5 (InverseSigmoidAttrs' default). In place allowed.
+void inverse_sigmoid(const Tensor& x, float eps, Tensor& y, ThreadPool* pool = nullptr);
+
+// y = a + b, all of one shape. y may be a or b.
+void add(const Tensor& a, const Tensor& b, Tensor& y, ThreadPool* pool = nullptr);
+
+// y[m, :] = a[m, :] + row[:] (a viewed as [M, C], row [C]). y may be a.
+void add_rows(const Tensor& a, const Tensor& row, Tensor& y, ThreadPool* pool = nullptr);
+
+}  // namespace bev::cpu

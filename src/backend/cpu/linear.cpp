@@ -1,0 +1,266 @@
+#include "backend/cpu/linear.h"
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cpu/onednn.h"
+
+namespace bev::cpu {
+namespace {
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+[[noreturn]] void invalid(const char* op, const std::string& problem, const std::string& expected) {
+  throw Error(ErrorKind::kInvalidInput, problem).where(op).expected(expected);
+}
+
+dt compute_dt(Precision p) { return p == Precision::kBF16 ? dt::bf16 : dt::f32; }
+
+// A primitive plus the buffers it needs, created once per shape.
+struct MatmulPlan {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul prim;
+  dnnl::memory scratchpad;
+  dnnl::memory::desc src_f32_md, dst_md;
+  // bf16 mode: the f32 source (and, for batched_matmul, the f32 right operand) converted in place
+  // into plan-owned bf16 buffers.
+  dnnl::reorder src_to_bf16, b_to_bf16;
+  dnnl::memory src_bf16, b_bf16;
+};
+
+}  // namespace
+
+// ---- Linear ----
+
+struct Linear::State {
+  int64_t in = 0, out = 0;
+  bool relu = false;
+  Precision precision = Precision::kF32;
+  dnnl::memory bias;  // f32 [1, out]; empty without bias
+  // Packed weights per layout; [0] made at construction (see Conv2d for why there can be more).
+  std::vector<std::pair<dnnl::memory::desc, dnnl::memory>> weights;
+  struct Plan : MatmulPlan {
+    dnnl::memory weights;
+  };
+  std::mutex mu;
+  std::map<int64_t, Plan> plans;  // by M
+
+  dnnl::matmul::primitive_desc make_pd(int64_t m) const {
+    const dnnl::memory::desc src_md({m, in}, compute_dt(precision), tag::ab);
+    const dnnl::memory::desc w_md({in, out}, compute_dt(precision), tag::any);
+    const dnnl::memory::desc dst_md({m, out}, dt::f32, tag::ab);
+    const dnnl::memory::desc bias_md = bias ? dnnl::memory::desc({1, out}, dt::f32, tag::ab) : dnnl::memory::desc();
+    dnnl::post_ops ops;
+    if (relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(ops);
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return {dnnl::matmul::desc(src_md, w_md, bias_md, dst_md), attr, engine()};
+  }
+
+  Plan& plan_for(int64_t m) {
+    auto it = plans.find(m);
+    if (it != plans.end()) return it->second;
+    Plan p;
+    p.pd = make_pd(m);
+    const dnnl::memory::desc want = p.pd.weights_desc();
+    for (const auto& [md, mem] : weights) {
+      if (md == want) p.weights = mem;
+    }
+    if (!p.weights) {
+      dnnl::memory extra(want, engine());
+      dnnl::reorder(weights[0].second, extra).execute(stream(), weights[0].second, extra);
+      stream().wait();
+      weights.emplace_back(want, extra);
+      p.weights = extra;
+    }
+    p.prim = dnnl::matmul(p.pd);
+    p.scratchpad = dnnl::memory(p.pd.scratchpad_desc(), engine());
+    p.src_f32_md = dnnl::memory::desc({m, in}, dt::f32, tag::ab);
+    p.dst_md = p.pd.dst_desc();
+    if (precision == Precision::kBF16) {
+      p.src_bf16 = dnnl::memory(p.pd.src_desc(), engine());
+      p.src_to_bf16 = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), p.src_f32_md, engine(), p.pd.src_desc()));
+    }
+    return plans.emplace(m, std::move(p)).first->second;
+  }
+};
+
+Linear::Linear(const Tensor& weight, const Tensor* bias, bool relu, Precision precision)
+    : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  const char* op = "cpu::Linear";
+  expect_f32_host(op, "weight", weight);
+  if (weight.dim() != 2 || weight.size(0) < 1 || weight.size(1) < 1) {
+    invalid(op, "weight is " + weight.describe(), "f32[out, in] with out, in >= 1");
+  }
+  s.out = weight.size(0);
+  s.in = weight.size(1);
+  s.relu = relu;
+  s.precision = precision;
+  if (bias) {
+    expect_f32_host(op, "bias", *bias);
+    if (bias->shape() != Shape{s.out}) invalid(op, "bias is " + bias->describe(), "f32[" + std::to_string(s.out) + "]");
+    const Tensor b = bias->contiguous();
+    s.bias = dnnl::memory({{1, s.out}, dt::f32, tag::ab}, engine());
+    std::memcpy(s.bias.get_data_handle(), b.raw_data(), b.nbytes());
+  }
+  // PyTorch's [out, in] row-major is the [in, out] matrix oneDNN wants, stored column-major (ba).
+  const Tensor w = weight.contiguous();
+  dnnl::memory user = wrap(w, dnnl::memory::desc({s.in, s.out}, dt::f32, tag::ba));
+  const auto pd = s.make_pd(256);  // representative M; other M almost always share the layout
+  dnnl::memory packed(pd.weights_desc(), engine());
+  dnnl::reorder(user, packed).execute(stream(), user, packed);
+  stream().wait();
+  s.weights.emplace_back(pd.weights_desc(), packed);
+}
+
+Linear::~Linear() = default;
+Linear::Linear(Linear&&) noexcept = default;
+Linear& Linear::operator=(Linear&&) noexcept = default;
+
+int64_t Linear::in_features() const { return state_->in; }
+int64_t Linear::out_features() const { return state_->out; }
+
+std::string Linear::impl_name(int64_t m) const {
+  if (m < 1) invalid("cpu::Linear", "row count " + std::to_string(m), "M >= 1");
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return cpu::impl_name(state_->plan_for(m).pd);
+}
+
+void Linear::run(const Tensor& x, Tensor& y) const {
+  State& s = *state_;
+  const char* op = "cpu::Linear";
+  expect_f32_contiguous(op, "input", x);
+  if (x.dim() < 2 || x.size(-1) != s.in) {
+    invalid(op, "input is " + x.describe(), "f32[M, " + std::to_string(s.in) + "]");
+  }
+  Shape out_shape = x.shape();
+  out_shape.back() = s.out;
+  const int64_t m = x.numel() / s.in;
+  if (m < 1) invalid(op, "input is " + x.describe(), "at least one row");
+  expect_f32_contiguous(op, "output", y);
+  if (y.shape() != out_shape) invalid(op, "output is " + y.describe() + " for input " + x.describe(), "f32" + shape_str(out_shape));
+  if (overlaps(x, y)) invalid(op, "output " + y.describe() + " overlaps input " + x.describe(), "disjoint tensors");
+
+  std::lock_guard<std::mutex> lock(s.mu);
+  State::Plan& p = s.plan_for(m);
+  dnnl::stream& st = stream();
+  dnnl::memory src = wrap(x, p.src_f32_md);
+  if (s.precision == Precision::kBF16) {
+    p.src_to_bf16.execute(st, src, p.src_bf16);
+    src = p.src_bf16;
+  }
+  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, src},
+                                                {DNNL_ARG_WEIGHTS, p.weights},
+                                                {DNNL_ARG_DST, wrap(y, p.dst_md)},
+                                                {DNNL_ARG_SCRATCHPAD, p.scratchpad}};
+  if (s.bias) args.emplace(DNNL_ARG_BIAS, s.bias);
+  p.prim.execute(st, args);
+  st.wait();
+}
+
+// ---- batched_matmul ----
+
+namespace {
+
+struct BatchedKey {
+  int64_t batch, m, k, n;
+  bool transpose_b;
+  Precision precision;
+  float scale;
+  auto tie() const { return std::tie(batch, m, k, n, transpose_b, precision, scale); }
+  bool operator<(const BatchedKey& o) const { return tie() < o.tie(); }
+};
+
+struct BatchedCache {
+  std::mutex mu;
+  std::map<BatchedKey, MatmulPlan> plans;
+};
+
+BatchedCache& batched_cache() {
+  static BatchedCache cache;
+  return cache;
+}
+
+dnnl::memory::desc b_f32_desc(const BatchedKey& key) {
+  // Logical [B, K, N]; a transposed right operand is stored [B, N, K], i.e. with K fastest.
+  const dnnl::memory::dims strides = key.transpose_b ? dnnl::memory::dims{key.n * key.k, 1, key.k}
+                                                     : dnnl::memory::dims{key.k * key.n, key.n, 1};
+  return {{key.batch, key.k, key.n}, dt::f32, strides};
+}
+
+MatmulPlan make_batched_plan(const BatchedKey& key) {
+  MatmulPlan p;
+  const bool bf16 = key.precision == Precision::kBF16;
+  p.src_f32_md = dnnl::memory::desc({key.batch, key.m, key.k}, dt::f32, tag::abc);
+  const dnnl::memory::desc a_md({key.batch, key.m, key.k}, compute_dt(key.precision), tag::abc);
+  // bf16 converts b anyway, so let the kernel choose b's layout; f32 reads b where it lies.
+  const dnnl::memory::desc b_md =
+      bf16 ? dnnl::memory::desc({key.batch, key.k, key.n}, dt::bf16, tag::any) : b_f32_desc(key);
+  const dnnl::memory::desc y_md({key.batch, key.m, key.n}, dt::f32, tag::abc);
+  dnnl::primitive_attr attr;
+  if (key.scale != 1.0f) attr.set_output_scales(0, {key.scale});
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  p.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, y_md), attr, engine());
+  p.prim = dnnl::matmul(p.pd);
+  p.scratchpad = dnnl::memory(p.pd.scratchpad_desc(), engine());
+  p.dst_md = y_md;
+  if (bf16) {
+    p.src_bf16 = dnnl::memory(p.pd.src_desc(), engine());
+    p.src_to_bf16 = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), p.src_f32_md, engine(), p.pd.src_desc()));
+    p.b_bf16 = dnnl::memory(p.pd.weights_desc(), engine());
+    p.b_to_bf16 = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), b_f32_desc(key), engine(), p.pd.weights_desc()));
+  }
+  return p;
+}
+
+}  // namespace
+
+void batched_matmul(const Tensor& a, const Tensor& b, bool transpose_b, float scale, Tensor& y, Precision precision) {
+  const char* op = "cpu::batched_matmul";
+  expect_f32_contiguous(op, "a", a);
+  expect_f32_contiguous(op, "b", b);
+  expect_f32_contiguous(op, "y", y);
+  if (a.dim() != 3) invalid(op, "a is " + a.describe(), "f32[B, M, K]");
+  const int64_t batch = a.size(0), m = a.size(1), k = a.size(2);
+  if (batch < 1 || m < 1 || k < 1) invalid(op, "a is " + a.describe(), "non-empty [B, M, K]");
+  const int64_t n = b.dim() == 3 ? b.size(transpose_b ? 1 : 2) : -1;
+  const Shape want_b = transpose_b ? Shape{batch, n, k} : Shape{batch, k, n};
+  if (b.dim() != 3 || n < 1 || b.shape() != want_b) {
+    invalid(op, "b is " + b.describe() + " for a " + a.describe(),
+            transpose_b ? "f32[B, N, K] = [" + std::to_string(batch) + ", N, " + std::to_string(k) + "] (transpose_b)"
+                        : "f32[B, K, N] = [" + std::to_string(batch) + ", " + std::to_string(k) + ", N]");
+  }
+  const Shape want_y = {batch, m, n};
+  if (y.shape() != want_y) invalid(op, "y is " + y.describe(), "f32" + shape_str(want_y));
+  if (overlaps(y, a) || overlaps(y, b)) invalid(op, "y overlaps an operand", "disjoint tensors");
+
+  const BatchedKey key{batch, m, k, n, transpose_b, precision, scale};
+  BatchedCache& cache = batched_cache();
+  std::lock_guard<std::mutex> lock(cache.mu);
+  auto it = cache.plans.find(key);
+  if (it == cache.plans.end()) it = cache.plans.emplace(key, make_batched_plan(key)).first;
+  MatmulPlan& p = it->second;
+  dnnl::stream& st = stream();
+  dnnl::memory a_mem = wrap(a, p.src_f32_md);
+  dnnl::memory b_mem = wrap(b, b_f32_desc(key));
+  if (precision == Precision::kBF16) {
+    p.src_to_bf16.execute(st, a_mem, p.src_bf16);
+    p.b_to_bf16.execute(st, b_mem, p.b_bf16);
+    a_mem = p.src_bf16;
+    b_mem = p.b_bf16;
+  }
+  p.prim.execute(st, {{DNNL_ARG_SRC, a_mem},
+                      {DNNL_ARG_WEIGHTS, b_mem},
+                      {DNNL_ARG_DST, wrap(y, p.dst_md)},
+                      {DNNL_ARG_SCRATCHPAD, p.scratchpad}});
+  st.wait();
+}
+
+}  // namespace bev::cpu

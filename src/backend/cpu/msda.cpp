@@ -1,0 +1,333 @@
+// MSDA: shape checks, the reference loop (the spec of the op), ISA dispatch, and the scalar and
+// AVX2 fast paths. The AVX-512 path lives in msda_avx512.cpp. See msda.h for the semantics.
+#include "backend/cpu/msda.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "bevformer/error.h"
+
+namespace bev::cpu {
+namespace {
+
+using msda_detail::Corners;
+using msda_detail::Plan;
+
+[[noreturn]] void bad_shape(const char* who, const std::string& what, const Tensor& t, const std::string& expected) {
+  throw Error(ErrorKind::kInvalidInput, std::string(what) + " is " + t.describe()).where(who).expected(expected);
+}
+
+void check_f32_cpu(const char* who, const char* what, const Tensor& t) {
+  if (!t.defined()) throw Error(ErrorKind::kInvalidInput, std::string(what) + " is undefined").where(who);
+  if (t.device() != Device::kCpu)
+    throw Error(ErrorKind::kInvalidInput, std::string(what) + " is on " + device_name(t.device())).where(who).expected("a host tensor");
+  if (t.dtype() != DType::kF32) bad_shape(who, what, t, "dtype f32");
+}
+
+// An empty tensor holds no elements to be out of place. (Tensor::is_contiguous says false for
+// empty tensors made by Tensor::empty, since their strides skip the zero extent.)
+bool dense(const Tensor& t) { return t.numel() == 0 || t.is_contiguous(); }
+
+// Checks every input against the others and returns the plan (tables not yet built). `out` is
+// allocated when undefined and checked otherwise.
+Plan check(const char* who, const Tensor& value, const SpatialShapes& shapes, const std::vector<int64_t>& level_start,
+           const Tensor& loc, const Tensor& attn, Tensor& out) {
+  check_f32_cpu(who, "value", value);
+  check_f32_cpu(who, "sampling_locations", loc);
+  check_f32_cpu(who, "attention_weights", attn);
+  if (value.dim() != 4) bad_shape(who, "value", value, "[bs, Lv, heads, head_dim]");
+  Plan p;
+  p.bs = value.size(0);
+  p.lv = value.size(1);
+  p.heads = value.size(2);
+  p.hd = value.size(3);
+  if (p.heads < 1 || p.hd < 1) bad_shape(who, "value", value, "heads >= 1 and head_dim >= 1");
+  if ((p.hd > 1 && value.strides()[3] != 1) || value.strides()[0] < 0 || value.strides()[1] < 0 || value.strides()[2] < 0)
+    bad_shape(who, "value", value, "a view with unit stride on head_dim and non-negative strides");
+  if (shapes.empty()) throw Error(ErrorKind::kInvalidInput, "spatial_shapes is empty").where(who).expected("one (H, W) per level");
+  p.levels = static_cast<int64_t>(shapes.size());
+  if (static_cast<int64_t>(level_start.size()) != p.levels)
+    throw Error(ErrorKind::kInvalidInput, "level_start has " + std::to_string(level_start.size()) + " entries")
+        .where(who)
+        .expected(std::to_string(p.levels) + ", one per spatial_shapes level");
+  int64_t total = 0;
+  for (int64_t l = 0; l < p.levels; ++l) {
+    const auto [h, w] = shapes[static_cast<size_t>(l)];
+    const std::string lvl = "level " + std::to_string(l);
+    if (h < 1 || w < 1 || h > (int64_t{1} << 30) || w > (int64_t{1} << 30))
+      throw Error(ErrorKind::kInvalidInput, "spatial_shapes " + lvl + " is (" + std::to_string(h) + ", " + std::to_string(w) + ")")
+          .where(who)
+          .expected("H >= 1 and W >= 1");
+    if (level_start[static_cast<size_t>(l)] != total)
+      throw Error(ErrorKind::kInvalidInput, "level_start " + lvl + " is " + std::to_string(level_start[static_cast<size_t>(l)]))
+          .where(who)
+          .expected(std::to_string(total) + ", the sum of H*W over the levels before it");
+    total += h * w;
+    if (total > (int64_t{1} << 30))
+      throw Error(ErrorKind::kUnsupported, "value has more than 2^30 rows over the levels").where(who).hint("rows are indexed with int32");
+  }
+  if (p.lv != total) bad_shape(who, "value", value, "Lv = " + std::to_string(total) + ", the sum of H*W over spatial_shapes");
+  if (loc.dim() != 6 || loc.size(0) != p.bs || loc.size(2) != p.heads || loc.size(3) != p.levels || loc.size(4) < 1 ||
+      loc.size(5) != 2)
+    bad_shape(who, "sampling_locations", loc,
+              "[bs=" + std::to_string(p.bs) + ", Lq, heads=" + std::to_string(p.heads) + ", levels=" + std::to_string(p.levels) +
+                  ", points >= 1, 2]");
+  p.lq = loc.size(1);
+  p.points = loc.size(4);
+  const Shape attn_shape{p.bs, p.lq, p.heads, p.levels, p.points};
+  if (attn.shape() != attn_shape) bad_shape(who, "attention_weights", attn, shape_str(attn_shape));
+  if (!dense(loc)) bad_shape(who, "sampling_locations", loc, "a contiguous tensor");
+  if (!dense(attn)) bad_shape(who, "attention_weights", attn, "a contiguous tensor");
+  const Shape out_shape{p.bs, p.lq, p.heads * p.hd};
+  if (!out.defined()) out = Tensor::empty(out_shape, DType::kF32);
+  check_f32_cpu(who, "out", out);
+  if (out.shape() != out_shape || !dense(out)) bad_shape(who, "out", out, "contiguous " + shape_str(out_shape));
+
+  p.samples = p.heads * p.levels * p.points;
+  p.samples_padded = (p.samples + 15) / 16 * 16;
+  p.value = value.data<float>();
+  p.value_stride_b = value.strides()[0];
+  p.value_stride_row = value.strides()[1];
+  p.value_stride_h = value.strides()[2];
+  p.loc = loc.data<float>();
+  p.attn = attn.data<float>();
+  p.out = out.data<float>();
+  return p;
+}
+
+void build_tables(Plan& p, const SpatialShapes& shapes, const std::vector<int64_t>& level_start) {
+  const auto n = static_cast<size_t>(p.samples_padded);
+  // Padding lanes get a 1x1 level so that vector code may compute on them harmlessly.
+  p.width.assign(n, 1.0f);
+  p.height.assign(n, 1.0f);
+  p.width_i.assign(n, 1);
+  p.height_i.assign(n, 1);
+  p.start.assign(n, 0);
+  for (int64_t s = 0; s < p.samples; ++s) {
+    const auto l = static_cast<size_t>((s / p.points) % p.levels);
+    const auto i = static_cast<size_t>(s);
+    p.height_i[i] = static_cast<int32_t>(shapes[l].first);
+    p.width_i[i] = static_cast<int32_t>(shapes[l].second);
+    p.height[i] = static_cast<float>(shapes[l].first);
+    p.width[i] = static_cast<float>(shapes[l].second);
+    p.start[i] = static_cast<int32_t>(level_start[l]);
+  }
+}
+
+// ---- fast paths without AVX-512 ----
+
+// Scalar accumulation: one pass per corner over hd; the compiler vectorizes the inner loop with
+// the baseline ISA (SSE2).
+void accumulate_scalar(const Plan& p, const Corners& c, const float* vbase, int64_t s_begin, int64_t s_end, float* o) {
+  std::fill(o, o + p.hd, 0.0f);
+  for (int64_t s = s_begin; s < s_end; ++s) {
+    const int32_t m = c.mask[static_cast<size_t>(s)];
+    for (int k = 0; k < 4; ++k) {
+      if (!(m & (1 << k))) continue;
+      const float w = c.weight[static_cast<size_t>(k * c.n + s)];
+      const float* v = vbase + static_cast<int64_t>(c.row[static_cast<size_t>(k * c.n + s)]) * p.value_stride_row;
+      for (int64_t d = 0; d < p.hd; ++d) o[d] += w * v[d];
+    }
+  }
+}
+
+__attribute__((target("avx2,fma"))) inline __m256i avx2_tail_mask(int64_t cols) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(cols)), lane);
+}
+
+// AVX2: 16 columns at a time in two ymm per corner. One accumulator set per corner keeps four
+// independent FMA chains per vector, so FMA latency does not serialize a sample's corners.
+__attribute__((target("avx2,fma"))) void accumulate_avx2(const Plan& p, const Corners& c, const float* vbase,
+                                                         int64_t s_begin, int64_t s_end, float* o) {
+  for (int64_t g = 0; g < p.hd; g += 16) {
+    const int64_t cols = std::min<int64_t>(16, p.hd - g);
+    const __m256i m0 = avx2_tail_mask(cols), m1 = avx2_tail_mask(cols - 8);
+    __m256 acc[4][2];
+    for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
+    const auto corner = [&](int k, int64_t s) __attribute__((target("avx2,fma"))) {
+      const __m256 w = _mm256_set1_ps(c.weight[static_cast<size_t>(k * c.n + s)]);
+      const float* v = vbase + static_cast<int64_t>(c.row[static_cast<size_t>(k * c.n + s)]) * p.value_stride_row + g;
+      // Masked loads never touch lanes past hd, so a short last row cannot read past the tensor.
+      const __m256 v0 = cols >= 8 ? _mm256_loadu_ps(v) : _mm256_maskload_ps(v, m0);
+      const __m256 v1 = cols >= 16 ? _mm256_loadu_ps(v + 8) : _mm256_maskload_ps(v + 8, m1);
+      acc[k][0] = _mm256_fmadd_ps(w, v0, acc[k][0]);
+      acc[k][1] = _mm256_fmadd_ps(w, v1, acc[k][1]);
+    };
+    for (int64_t s = s_begin; s < s_end; ++s) {
+      // Constant corner indices: a run-time index into acc would keep it on the stack.
+      const int32_t m = c.mask[static_cast<size_t>(s)];
+      if (m & 1) corner(0, s);
+      if (m & 2) corner(1, s);
+      if (m & 4) corner(2, s);
+      if (m & 8) corner(3, s);
+    }
+    for (int j = 0; j < 2; ++j) {
+      const __m256 sum = _mm256_add_ps(_mm256_add_ps(acc[0][j], acc[1][j]), _mm256_add_ps(acc[2][j], acc[3][j]));
+      if (cols >= 8 * (j + 1))
+        _mm256_storeu_ps(o + g + 8 * j, sum);
+      else
+        _mm256_maskstore_ps(o + g + 8 * j, j == 0 ? m0 : m1, sum);
+    }
+  }
+}
+
+template <typename Accumulate>
+void run_with(const Plan& p, int64_t begin, int64_t end, Accumulate accumulate) {
+  Corners c(p.samples_padded);
+  const int64_t per_head = p.levels * p.points;
+  for (int64_t bq = begin; bq < end; ++bq) {
+    const int64_t b = bq / p.lq;
+    msda_detail::prepare_corners_scalar(p, p.loc + bq * p.samples * 2, p.attn + bq * p.samples, c);
+    for (int64_t h = 0; h < p.heads; ++h) {
+      const float* vbase = p.value + b * p.value_stride_b + h * p.value_stride_h;
+      accumulate(p, c, vbase, h * per_head, (h + 1) * per_head, p.out + (bq * p.heads + h) * p.hd);
+    }
+  }
+}
+
+void dispatch(MsdaIsa isa, const Plan& p, ThreadPool& pool) {
+  // Chunks of at least ~2k samples amortize the pool's hand-off; the pool caps the chunk count.
+  const int64_t grain = std::max<int64_t>(1, 2048 / p.samples);
+  pool.parallel_for(p.bs * p.lq, grain, [&](int64_t begin, int64_t end) {
+    switch (isa) {
+      case MsdaIsa::kScalar: msda_detail::run_scalar(p, begin, end); return;
+      case MsdaIsa::kAvx2: msda_detail::run_avx2(p, begin, end); return;
+      case MsdaIsa::kAvx512: msda_detail::run_avx512(p, begin, end); return;
+    }
+  });
+}
+
+}  // namespace
+
+namespace msda_detail {
+
+// Same float arithmetic as msda_reference for px, py and the corner weights; the attention weight
+// is folded into each corner's weight.
+void prepare_corners_scalar(const Plan& p, const float* loc_q, const float* attn_q, Corners& c) {
+  const int64_t n = c.n;
+  for (int64_t s = 0; s < p.samples; ++s) {
+    const auto i = static_cast<size_t>(s);
+    for (int k = 0; k < 4; ++k) {
+      c.row[static_cast<size_t>(k * n + s)] = 0;
+      c.weight[static_cast<size_t>(k * n + s)] = 0.0f;
+    }
+    c.mask[i] = 0;
+    const float wf = p.width[i], hf = p.height[i];
+    const float px = loc_q[2 * s] * wf - 0.5f;
+    const float py = loc_q[2 * s + 1] * hf - 0.5f;
+    // Bounds in float first: locations may be ~1e9, which no int conversion survives.
+    if (!(px > -1.0f && px < wf && py > -1.0f && py < hf)) continue;
+    const float x0f = std::floor(px), y0f = std::floor(py);
+    const auto x0 = static_cast<int32_t>(x0f), y0 = static_cast<int32_t>(y0f);
+    const float lx = px - x0f, ly = py - y0f, hx = 1.0f - lx, hy = 1.0f - ly;
+    const float w = attn_q[s];
+    const int32_t wi = p.width_i[i];
+    const bool in_x[2] = {x0 >= 0, x0 + 1 < wi};
+    const bool in_y[2] = {y0 >= 0, y0 + 1 < p.height_i[i]};
+    const float cw[4] = {(hy * hx) * w, (hy * lx) * w, (ly * hx) * w, (ly * lx) * w};
+    int32_t m = 0;
+    for (int k = 0; k < 4; ++k) {
+      const int dy = k >> 1, dx = k & 1;
+      if (!(in_y[dy] && in_x[dx])) continue;
+      m |= 1 << k;
+      c.row[static_cast<size_t>(k * n + s)] = p.start[i] + (y0 + dy) * wi + (x0 + dx);
+      c.weight[static_cast<size_t>(k * n + s)] = cw[k];
+    }
+    c.mask[i] = m;
+  }
+}
+
+void run_scalar(const Plan& p, int64_t begin, int64_t end) { run_with(p, begin, end, accumulate_scalar); }
+void run_avx2(const Plan& p, int64_t begin, int64_t end) { run_with(p, begin, end, accumulate_avx2); }
+
+}  // namespace msda_detail
+
+void msda_reference(const Tensor& value, const SpatialShapes& spatial_shapes, const std::vector<int64_t>& level_start,
+                    const Tensor& sampling_locations, const Tensor& attention_weights, Tensor& out) {
+  const Plan p = check("msda_reference", value, spatial_shapes, level_start, sampling_locations, attention_weights, out);
+  for (int64_t b = 0; b < p.bs; ++b) {
+    for (int64_t q = 0; q < p.lq; ++q) {
+      for (int64_t h = 0; h < p.heads; ++h) {
+        float* o = p.out + ((b * p.lq + q) * p.heads + h) * p.hd;
+        std::fill(o, o + p.hd, 0.0f);
+        const float* vh = p.value + b * p.value_stride_b + h * p.value_stride_h;
+        for (int64_t l = 0; l < p.levels; ++l) {
+          const int64_t H = spatial_shapes[static_cast<size_t>(l)].first;
+          const int64_t W = spatial_shapes[static_cast<size_t>(l)].second;
+          const float* vl = vh + level_start[static_cast<size_t>(l)] * p.value_stride_row;
+          for (int64_t pt = 0; pt < p.points; ++pt) {
+            const int64_t i = (((b * p.lq + q) * p.heads + h) * p.levels + l) * p.points + pt;
+            const float px = p.loc[2 * i] * static_cast<float>(W) - 0.5f;
+            const float py = p.loc[2 * i + 1] * static_cast<float>(H) - 0.5f;
+            const float w = p.attn[i];
+            // In float, before any int conversion: behind-camera locations reach ~1e9.
+            if (!(px > -1.0f && px < static_cast<float>(W) && py > -1.0f && py < static_cast<float>(H))) continue;
+            const float x0f = std::floor(px), y0f = std::floor(py);
+            const auto x0 = static_cast<int64_t>(x0f), y0 = static_cast<int64_t>(y0f);
+            const float lx = px - x0f, ly = py - y0f, hx = 1.0f - lx, hy = 1.0f - ly;
+            const float w00 = hy * hx, w01 = hy * lx, w10 = ly * hx, w11 = ly * lx;
+            const bool x0_in = x0 >= 0, x1_in = x0 + 1 < W, y0_in = y0 >= 0, y1_in = y0 + 1 < H;
+            for (int64_t d = 0; d < p.hd; ++d) {
+              // mmcv's order: the bilinear value over in-range corners, then times the weight.
+              float v = 0.0f;
+              const auto at = [&](int64_t y, int64_t x) { return vl[(y * W + x) * p.value_stride_row + d]; };
+              if (y0_in && x0_in) v += w00 * at(y0, x0);
+              if (y0_in && x1_in) v += w01 * at(y0, x0 + 1);
+              if (y1_in && x0_in) v += w10 * at(y0 + 1, x0);
+              if (y1_in && x1_in) v += w11 * at(y0 + 1, x0 + 1);
+              o[d] += w * v;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+const char* msda_isa_name(MsdaIsa isa) {
+  switch (isa) {
+    case MsdaIsa::kScalar: return "scalar";
+    case MsdaIsa::kAvx2: return "avx2";
+    case MsdaIsa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+bool msda_isa_supported(MsdaIsa isa) {
+  switch (isa) {
+    case MsdaIsa::kScalar: return true;
+    case MsdaIsa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case MsdaIsa::kAvx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  }
+  return false;
+}
+
+MsdaIsa msda_best_isa() {
+  static const MsdaIsa best = msda_isa_supported(MsdaIsa::kAvx512) ? MsdaIsa::kAvx512
+                              : msda_isa_supported(MsdaIsa::kAvx2) ? MsdaIsa::kAvx2
+                                                                   : MsdaIsa::kScalar;
+  return best;
+}
+
+void msda_with_isa(MsdaIsa isa, const Tensor& value, const SpatialShapes& spatial_shapes, const std::vector<int64_t>& level_start,
+                   const Tensor& sampling_locations, const Tensor& attention_weights, Tensor& out, ThreadPool& pool) {
+  if (!msda_isa_supported(isa))
+    throw Error(ErrorKind::kUnsupported, std::string("this CPU lacks ") + msda_isa_name(isa)).where("msda");
+  Plan p = check("msda", value, spatial_shapes, level_start, sampling_locations, attention_weights, out);
+  build_tables(p, spatial_shapes, level_start);
+  dispatch(isa, p, pool);
+}
+
+void msda(const Tensor& value, const SpatialShapes& spatial_shapes, const std::vector<int64_t>& level_start,
+          const Tensor& sampling_locations, const Tensor& attention_weights, Tensor& out, ThreadPool& pool) {
+  msda_with_isa(msda_best_isa(), value, spatial_shapes, level_start, sampling_locations, attention_weights, out, pool);
+}
+
+}  // namespace bev::cpu

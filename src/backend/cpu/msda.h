@@ -1,0 +1,90 @@
+// Multi-scale deformable attention on the CPU (spec §2.12; mmcv `multi_scale_deformable_attn`,
+// batch-first). For each (b, q, h, l, p):
+//   px = x * W_l - 0.5,  py = y * H_l - 0.5          (grid_sample, align_corners=False)
+//   sample = bilinear(value[b, level l, h], px, py)   (zero padding; 0 unless -1<px<W_l, -1<py<H_l)
+//   out[b, q, h*hd : (h+1)*hd] += w[b, q, h, l, p] * sample
+//
+// Shapes: value [bs, Lv, heads, hd] f32, spatial_shapes (H_l, W_l) per level, level_start the
+// first value row of each level (0, H_0*W_0, ...; Lv = the sum of H_l*W_l), sampling_locations
+// [bs, Lq, heads, L, P, 2] f32 as normalized (x, y), attention_weights [bs, Lq, heads, L, P] f32,
+// out [bs, Lq, heads*hd] f32. locations, weights and out must be contiguous. value only needs a
+// unit stride on hd: a value stored head-major [bs, heads, Lv, hd] is passed as its
+// permute({0, 2, 1, 3}) view, without a copy. `out` is overwritten; when it is undefined it is
+// allocated. Every shape is checked; a mismatch throws Error(kInvalidInput) naming the tensor.
+//
+// msda_reference is the plain loop that defines the op (the spec other kernels are tested
+// against). msda is the fast kernel: per query it first turns every (h, l, p) sample into four
+// corner rows and four corner weights (attention weight folded in), vectorized over samples, then
+// accumulates value rows across hd with AVX-512 (AVX2 or scalar where the CPU lacks it, chosen at
+// run time), over (b, q) chunks of the pool. Its sums are ordered differently from the reference
+// (per corner, with FMAs), so it agrees to rounding: |fast - ref| <= ~1e-6 * sum |w| * max |value|.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+namespace bev::cpu {
+
+using SpatialShapes = std::vector<std::pair<int64_t, int64_t>>;  // (H, W) per level
+
+void msda_reference(const Tensor& value, const SpatialShapes& spatial_shapes, const std::vector<int64_t>& level_start,
+                    const Tensor& sampling_locations, const Tensor& attention_weights, Tensor& out);
+
+void msda(const Tensor& value, const SpatialShapes& spatial_shapes, const std::vector<int64_t>& level_start,
+          const Tensor& sampling_locations, const Tensor& attention_weights, Tensor& out, ThreadPool& pool);
+
+// The instruction sets msda can run with; msda picks the best the CPU has. Tests and the
+// benchmark pin one with msda_with_isa to check and time each path on one machine.
+enum class MsdaIsa : uint8_t { kScalar, kAvx2, kAvx512 };
+const char* msda_isa_name(MsdaIsa isa);
+bool msda_isa_supported(MsdaIsa isa);
+MsdaIsa msda_best_isa();
+// Throws Error(kUnsupported) when the CPU lacks `isa`.
+void msda_with_isa(MsdaIsa isa, const Tensor& value, const SpatialShapes& spatial_shapes,
+                   const std::vector<int64_t>& level_start, const Tensor& sampling_locations,
+                   const Tensor& attention_weights, Tensor& out, ThreadPool& pool);
+
+namespace msda_detail {
+
+// Everything a kernel needs, checked once. Per-sample tables (index s = (h*L + l)*P + p, the
+// layout of one query's weights) repeat for every query, so they are built once per call.
+struct Plan {
+  int64_t bs = 0, lv = 0, lq = 0, heads = 0, hd = 0, levels = 0, points = 0;
+  int64_t samples = 0;         // heads * levels * points: samples per query
+  int64_t samples_padded = 0;  // rounded up to 16 so vector loops read tables without a tail
+  const float* value = nullptr;
+  int64_t value_stride_b = 0, value_stride_row = 0, value_stride_h = 0;  // elements
+  const float* loc = nullptr;
+  const float* attn = nullptr;
+  float* out = nullptr;
+  std::vector<float> width, height;              // float(W_l), float(H_l) per sample
+  std::vector<int32_t> width_i, height_i, start;  // W_l, H_l, level_start[l] per sample
+};
+
+// One query's samples turned into corner rows and weights, corner-major structure of arrays
+// (row[c * n + s], n = samples_padded). Bit c of mask[s] says corner c (0: (y0, x0), 1: (y0, x0+1),
+// 2: (y0+1, x0), 3: (y0+1, x0+1)) lies inside the map; the other corners hold row 0 and weight 0
+// and are never read, so a non-finite value outside the footprint cannot leak in (as in mmcv).
+struct Corners {
+  explicit Corners(int64_t count)
+      : n(count), row(static_cast<size_t>(4 * count)), weight(static_cast<size_t>(4 * count)),
+        mask(static_cast<size_t>(count)) {}
+  int64_t n;
+  std::vector<int32_t> row;
+  std::vector<float> weight;
+  std::vector<int32_t> mask;
+};
+
+void prepare_corners_scalar(const Plan& plan, const float* loc_q, const float* attn_q, Corners& c);
+
+// Kernels over the flattened (b, q) range [begin, end).
+void run_scalar(const Plan& plan, int64_t begin, int64_t end);
+void run_avx2(const Plan& plan, int64_t begin, int64_t end);
+void run_avx512(const Plan& plan, int64_t begin, int64_t end);
+
+}  // namespace msda_detail
+}  // namespace bev::cpu

@@ -1,0 +1,139 @@
+#include "backend/cpu/onednn.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <unordered_map>
+
+namespace bev::cpu {
+
+const dnnl::engine& engine() {
+  // Function-local static: created once, thread-safely, on first use.
+  static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+dnnl::stream& stream() {
+  // dnnl::stream is not documented as safe to share between threads; CPU streams are cheap, so
+  // each calling thread gets its own.
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+void set_num_threads(int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  omp_set_num_threads(threads);
+}
+
+int num_threads() { return omp_get_max_threads(); }
+
+std::string isa_name() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_mic: return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    default: return "unknown";
+  }
+}
+
+dnnl::memory::data_type to_dnnl(DType dtype) {
+  using dt = dnnl::memory::data_type;
+  switch (dtype) {
+    case DType::kF32: return dt::f32;
+    case DType::kBF16: return dt::bf16;
+    case DType::kF16: return dt::f16;
+    case DType::kI32: return dt::s32;
+    case DType::kI8: return dt::s8;
+    case DType::kU8: return dt::u8;
+    default:
+      throw Error(ErrorKind::kUnsupported, std::string("dtype ") + dtype_name(dtype) + " has no oneDNN equivalent")
+          .expected("f32, bf16, f16, i32, i8 or u8");
+  }
+}
+
+dnnl::memory::dims to_dims(const Shape& shape) { return dnnl::memory::dims(shape.begin(), shape.end()); }
+
+dnnl::memory::desc plain_desc(const Tensor& t) {
+  return dnnl::memory::desc(to_dims(t.shape()), to_dnnl(t.dtype()), to_dims(t.strides()));
+}
+
+dnnl::memory wrap(const Tensor& t, const dnnl::memory::desc& md) {
+  if (!t.defined()) throw Error(ErrorKind::kInternal, "wrapping an undefined tensor as dnnl::memory");
+  if (t.device() != Device::kCpu) {
+    throw Error(ErrorKind::kInvalidInput, "tensor " + t.describe() + " is on " + device_name(t.device()))
+        .expected("a host (cpu) tensor for the oneDNN backend");
+  }
+  // A descriptor that spans past the storage would let oneDNN read or write out of bounds.
+  const size_t available = t.storage()->bytes() - static_cast<size_t>(t.offset()) * dtype_size(t.dtype());
+  if (md.get_size() > available) {
+    throw Error(ErrorKind::kInternal, "memory descriptor of " + std::to_string(md.get_size()) +
+                                          " bytes wraps tensor " + t.describe() + " with " +
+                                          std::to_string(available) + " bytes of storage");
+  }
+  return dnnl::memory(md, engine(), t.raw_data());
+}
+
+void expect_f32_host(const char* op, const char* name, const Tensor& t) {
+  if (!t.defined()) throw Error(ErrorKind::kInvalidInput, std::string(name) + " is undefined").where(op).expected("a tensor");
+  if (t.dtype() != DType::kF32 || t.device() != Device::kCpu) {
+    throw Error(ErrorKind::kInvalidInput, std::string(name) + " is " + t.describe() + " on " + device_name(t.device()))
+        .where(op)
+        .expected("f32 on cpu");
+  }
+}
+
+void expect_f32_contiguous(const char* op, const char* name, const Tensor& t) {
+  expect_f32_host(op, name, t);
+  if (!t.is_contiguous()) {
+    throw Error(ErrorKind::kInvalidInput, std::string(name) + " " + t.describe() + " is a strided view")
+        .where(op)
+        .expected("a contiguous tensor")
+        .hint("call contiguous() first");
+  }
+}
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  const auto* a0 = static_cast<const uint8_t*>(a.raw_data());
+  const auto* b0 = static_cast<const uint8_t*>(b.raw_data());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+double measure_peak_gflops(Precision precision, int64_t size, int repeats) {
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  const dt in = precision == Precision::kBF16 ? dt::bf16 : dt::f32;
+  const dnnl::memory::desc a_md({size, size}, in, tag::ab), w_md({size, size}, in, tag::any),
+      c_md({size, size}, dt::f32, tag::ab);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, w_md, c_md), engine());
+  const dnnl::matmul mm(pd);
+  dnnl::memory a(a_md, engine()), w(pd.weights_desc(), engine()), c(c_md, engine());
+  // 0x3c bytes: small normal numbers in f32 and bf16 alike (no denormals, no infinities).
+  std::memset(a.get_data_handle(), 0x3c, a_md.get_size());
+  std::memset(w.get_data_handle(), 0x3c, pd.weights_desc().get_size());
+  dnnl::stream& st = stream();
+  const std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, c}};
+  mm.execute(st, args);  // warm-up: page faults, JIT
+  st.wait();
+  double best = 1e30;
+  for (int i = 0; i < std::max(1, repeats); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    mm.execute(st, args);
+    st.wait();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * static_cast<double>(size) * static_cast<double>(size) * static_cast<double>(size) / best * 1e-9;
+}
+
+std::string impl_name(const dnnl::primitive_desc_base& pd) { return pd.impl_info_str(); }
+
+}  // namespace bev::cpu

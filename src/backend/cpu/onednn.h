@@ -1,0 +1,65 @@
+// The oneDNN side of the CPU backend: one cpu engine per process, a stream per calling thread,
+// thread-count control and zero-copy views of bev::Tensor as dnnl::memory.
+//
+// Threads: oneDNN (Debian's 2.6 build) runs its kernels on the OpenMP runtime (libgomp). That pool
+// is the one hidden thread pool of the CPU backend; Knobs size it through set_num_threads(), just
+// as they size bev::ThreadPool, so the two never oversubscribe by more than the caller intends.
+//
+// Precision (the op interface's bev::Precision, re-exported here):
+//   kF32  - f32 everywhere, strict fp math (no implicit down-conversion).
+//   kBF16 - weights and the source are bf16, products accumulate in f32, the destination is f32.
+//           Tensors at the interface stay f32: the source is converted inside the op.
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "backend/op.h"
+#include "core/tensor.h"
+
+namespace bev::cpu {
+
+using bev::Precision;
+
+// The process-wide cpu engine (created on first use; thread-safe).
+const dnnl::engine& engine();
+// An in-order stream on engine(), one per calling thread (CPU streams are synchronous).
+dnnl::stream& stream();
+
+// Sizes oneDNN's OpenMP pool (omp_set_num_threads). threads <= 0: one per hardware thread.
+// OpenMP's setting is per calling thread, so call it from the thread that runs the ops.
+void set_num_threads(int threads);
+int num_threads();
+
+// Name of the ISA oneDNN dispatches to on this machine, e.g. "avx512_core_bf16" (for reports).
+std::string isa_name();
+
+dnnl::memory::data_type to_dnnl(DType dtype);  // throws kUnsupported for dtypes oneDNN lacks
+dnnl::memory::dims to_dims(const Shape& shape);
+
+// A plain (strided) memory descriptor with the tensor's own shape, strides and dtype.
+dnnl::memory::desc plain_desc(const Tensor& t);
+// The tensor's memory as dnnl::memory with descriptor `md`, without copying. `md` must describe
+// exactly the tensor's bytes (checked: size and host device). oneDNN takes a non-const handle;
+// inputs are only read.
+dnnl::memory wrap(const Tensor& t, const dnnl::memory::desc& md);
+inline dnnl::memory wrap(const Tensor& t) { return wrap(t, plain_desc(t)); }
+
+// Argument checks shared by the ops; they throw kInvalidInput with `op` as the place.
+void expect_f32_host(const char* op, const char* name, const Tensor& t);        // defined, f32, cpu
+void expect_f32_contiguous(const char* op, const char* name, const Tensor& t);  // ... and contiguous
+// Whether the bytes of two contiguous tensors intersect.
+bool overlaps(const Tensor& a, const Tensor& b);
+
+// This machine's measured matmul rate in GFLOP/s: best of `repeats` runs of a size^3 oneDNN
+// matmul (f32, or bf16 sources with f32 accumulation and output). The denominator for "% of
+// peak" in benchmarks and profiles. Best-of rather than median, because on a shared machine the
+// best run is the one closest to what the cores can do; about a second at the defaults.
+double measure_peak_gflops(Precision precision, int64_t size = 2048, int repeats = 10);
+
+// Implementation name oneDNN picked for a primitive descriptor, e.g. "brg:avx512_core" (reports).
+std::string impl_name(const dnnl::primitive_desc_base& pd);
+
+}  // namespace bev::cpu

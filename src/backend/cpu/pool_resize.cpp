@@ -1,0 +1,115 @@
+#include "backend/cpu/pool_resize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace bev::cpu {
+namespace {
+
+[[noreturn]] void bad(const char* op, const Tensor& t, const char* what, const std::string& expected) {
+  std::string got = t.defined() ? t.describe() : std::string("undefined");
+  if (t.defined() && !t.is_contiguous()) got += " (non-contiguous)";
+  throw Error(ErrorKind::kInvalidInput, std::string(what) + " is " + got).where(op).expected(expected);
+}
+
+void expect_nhwc(const char* op, const Tensor& t, const char* what) {
+  if (!t.defined() || t.dtype() != DType::kF32 || t.device() != Device::kCpu || t.dim() != 4 ||
+      !t.is_contiguous() || t.size(1) < 1 || t.size(2) < 1) {
+    bad(op, t, what, "contiguous host f32 [N, H, W, C] with H, W >= 1");
+  }
+}
+
+void expect_f32(const char* op, const Tensor& t, const char* what, const Shape& shape) {
+  if (!t.defined() || t.dtype() != DType::kF32 || t.device() != Device::kCpu || t.shape() != shape ||
+      !t.is_contiguous()) {
+    bad(op, t, what, "contiguous host f32" + shape_str(shape));
+  }
+}
+
+template <typename Fn>
+void for_rows(ThreadPool* pool, int64_t rows, const Fn& fn) {
+  if (pool == nullptr || pool->size() == 1 || rows < 2) {
+    fn(int64_t{0}, rows);
+  } else {
+    pool->parallel_for(rows, 1, fn);
+  }
+}
+
+}  // namespace
+
+Shape max_pool2d_3x3_s2_p1_shape(const Shape& x) {
+  if (x.size() != 4 || x[1] < 1 || x[2] < 1) {
+    throw Error(ErrorKind::kInvalidInput, "input x has shape " + shape_str(x))
+        .where("max_pool2d_3x3_s2_p1")
+        .expected("[N, H, W, C] with H, W >= 1");
+  }
+  return {x[0], (x[1] + 2 - 3) / 2 + 1, (x[2] + 2 - 3) / 2 + 1, x[3]};
+}
+
+void max_pool2d_3x3_s2_p1(const Tensor& x, Tensor& y, ThreadPool* pool) {
+  const char* op = "max_pool2d_3x3_s2_p1";
+  expect_nhwc(op, x, "input x");
+  const Shape ys = max_pool2d_3x3_s2_p1_shape(x.shape());
+  expect_f32(op, y, "output y", ys);
+  const int64_t H = x.size(1), W = x.size(2), C = x.size(3), Ho = ys[1], Wo = ys[2];
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  for_rows(pool, ys[0] * Ho, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t n = r / Ho, oh = r % Ho;
+      const int64_t h0 = std::max<int64_t>(0, oh * 2 - 1), h1 = std::min<int64_t>(H, oh * 2 + 2);
+      for (int64_t ow = 0; ow < Wo; ++ow) {
+        const int64_t w0 = std::max<int64_t>(0, ow * 2 - 1), w1 = std::min<int64_t>(W, ow * 2 + 2);
+        float* out = yp + (r * Wo + ow) * C;
+        std::fill(out, out + C, -std::numeric_limits<float>::infinity());
+        for (int64_t h = h0; h < h1; ++h) {
+          for (int64_t w = w0; w < w1; ++w) {
+            const float* in = xp + ((n * H + h) * W + w) * C;
+            for (int64_t c = 0; c < C; ++c) out[c] = (in[c] > out[c] || std::isnan(in[c])) ? in[c] : out[c];
+          }
+        }
+      }
+    }
+  });
+}
+
+int64_t nearest_source_index(int64_t dst, int64_t in_size, int64_t out_size) {
+  // PyTorch's nearest_idx: exact shortcuts for 1x and 2x, else the f32 scale in/out.
+  if (out_size == in_size) return dst;
+  if (out_size == 2 * in_size) return dst >> 1;
+  const float scale = static_cast<float>(in_size) / static_cast<float>(out_size);
+  return std::min(static_cast<int64_t>(std::floor(static_cast<float>(dst) * scale)), in_size - 1);
+}
+
+void upsample_nearest2x_add(const Tensor& coarse, Tensor& fine, ThreadPool* pool) {
+  const char* op = "upsample_nearest2x_add";
+  expect_nhwc(op, coarse, "coarse");
+  expect_nhwc(op, fine, "fine");
+  if (fine.size(0) != coarse.size(0) || fine.size(3) != coarse.size(3)) {
+    bad(op, fine, "fine", "f32[" + std::to_string(coarse.size(0)) + ", H, W, " + std::to_string(coarse.size(3)) +
+                              "] (batch and channels of coarse " + coarse.describe() + ")");
+  }
+  const int64_t N = fine.size(0), H = fine.size(1), W = fine.size(2), C = fine.size(3);
+  const int64_t h = coarse.size(1), w = coarse.size(2);
+  std::vector<int64_t> sx(static_cast<size_t>(W));
+  for (int64_t x = 0; x < W; ++x) sx[static_cast<size_t>(x)] = nearest_source_index(x, w, W);
+  const float* cp = coarse.data<float>();
+  float* fp = fine.data<float>();
+  for_rows(pool, N * H, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t n = r / H, y = r % H;
+      const float* src_row = cp + (n * h + nearest_source_index(y, h, H)) * w * C;
+      float* dst = fp + r * W * C;
+      for (int64_t x = 0; x < W; ++x) {
+        const float* s = src_row + sx[static_cast<size_t>(x)] * C;
+        float* d = dst + x * C;
+        for (int64_t c = 0; c < C; ++c) d[c] += s[c];
+      }
+    }
+  });
+}
+
+}  // namespace bev::cpu

@@ -1,0 +1,285 @@
+#include "backend/cpu/select.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace bev::cpu {
+namespace {
+
+[[noreturn]] void bad(const char* op, const Tensor& t, const std::string& what, const std::string& expected) {
+  std::string got = t.defined() ? t.describe() : std::string("undefined");
+  if (t.defined() && !t.is_contiguous()) got += " (non-contiguous)";
+  throw Error(ErrorKind::kInvalidInput, what + " is " + got).where(op).expected(expected);
+}
+
+void expect(const char* op, const Tensor& t, const char* what, DType dtype, const Shape& shape) {
+  if (!t.defined() || t.dtype() != dtype || t.device() != Device::kCpu || t.shape() != shape || !t.is_contiguous()) {
+    bad(op, t, what, std::string("contiguous host ") + dtype_name(dtype) + shape_str(shape));
+  }
+}
+
+void expect_contiguous(const char* op, const Tensor& t, const std::string& what, const char* shape_desc) {
+  if (!t.defined() || t.device() != Device::kCpu || !t.is_contiguous() || t.dim() < 1) {
+    bad(op, t, what, std::string("contiguous host tensor ") + shape_desc);
+  }
+}
+
+// Row indices in [0, rows), checked before any write so a bad index leaves dst untouched.
+const int64_t* checked_indices(const char* op, const Tensor& idx, int64_t count, int64_t rows) {
+  expect(op, idx, "idx", DType::kI64, {count});
+  const int64_t* ip = idx.data<int64_t>();
+  for (int64_t m = 0; m < count; ++m) {
+    if (ip[m] < 0 || ip[m] >= rows) {
+      throw Error(ErrorKind::kInvalidInput, "idx[" + std::to_string(m) + "] = " + std::to_string(ip[m]) +
+                                                " is out of range")
+          .where(op)
+          .expected("indices in [0, " + std::to_string(rows) + ")");
+    }
+  }
+  return ip;
+}
+
+// Byte range [lo, hi) that a view can touch (strides are non-negative: Tensor::view_of checks).
+std::pair<const char*, const char*> byte_span(const Tensor& t) {
+  const auto* lo = static_cast<const char*>(t.raw_data());
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.strides()[static_cast<size_t>(d)];
+  return {lo, lo + (last + 1) * static_cast<int64_t>(dtype_size(t.dtype()))};
+}
+
+// Calls fn(src_off, dst_off) for every index of the dims in `dims` (outermost first).
+template <typename Fn>
+void for_each_outer(const std::vector<int64_t>& dims, const Shape& shape, const Shape& sst, const Shape& dst_st,
+                    const Fn& fn) {
+  for (int64_t d : dims) {
+    if (shape[static_cast<size_t>(d)] == 0) return;
+  }
+  std::vector<int64_t> ctr(dims.size(), 0);
+  int64_t so = 0, dof = 0;
+  while (true) {
+    fn(so, dof);
+    size_t i = dims.size();
+    while (i > 0) {
+      --i;
+      const auto d = static_cast<size_t>(dims[i]);
+      if (++ctr[i] < shape[d]) {
+        so += sst[d];
+        dof += dst_st[d];
+        break;
+      }
+      so -= (shape[d] - 1) * sst[d];
+      dof -= (shape[d] - 1) * dst_st[d];
+      ctr[i] = 0;
+      if (i == 0) return;
+    }
+    if (dims.empty()) return;
+  }
+}
+
+template <typename T>
+void strided_copy(const T* src, T* dst, const Shape& shape, const Shape& sst) {
+  const int64_t r = static_cast<int64_t>(shape.size());
+  const Shape dst_st = contiguous_strides(shape);
+  const auto last = static_cast<size_t>(r - 1);
+  std::vector<int64_t> outer;
+  if (sst[last] == 1) {  // rows are contiguous on both sides
+    for (int64_t d = 0; d < r - 1; ++d) outer.push_back(d);
+    const size_t bytes = static_cast<size_t>(shape[last]) * sizeof(T);
+    for_each_outer(outer, shape, sst, dst_st,
+                   [&](int64_t so, int64_t dof) { std::memcpy(dst + dof, src + so, bytes); });
+    return;
+  }
+  int64_t b = -1;  // the dim that is contiguous in src, if any: copy (b, last) in square blocks
+  for (int64_t d = 0; d < r - 1; ++d) {
+    if (sst[static_cast<size_t>(d)] == 1) b = d;
+  }
+  if (b < 0) {
+    for (int64_t d = 0; d < r - 1; ++d) outer.push_back(d);
+    const int64_t n = shape[last], s = sst[last];
+    for_each_outer(outer, shape, sst, dst_st, [&](int64_t so, int64_t dof) {
+      for (int64_t i = 0; i < n; ++i) dst[dof + i] = src[so + i * s];
+    });
+    return;
+  }
+  for (int64_t d = 0; d < r - 1; ++d) {
+    if (d != b) outer.push_back(d);
+  }
+  constexpr int64_t kBlock = 32;
+  const int64_t nb = shape[static_cast<size_t>(b)], nl = shape[last], sl = sst[last];
+  const int64_t db = dst_st[static_cast<size_t>(b)];
+  for_each_outer(outer, shape, sst, dst_st, [&](int64_t so, int64_t dof) {
+    for (int64_t b0 = 0; b0 < nb; b0 += kBlock) {
+      const int64_t b1 = std::min(nb, b0 + kBlock);
+      for (int64_t l0 = 0; l0 < nl; l0 += kBlock) {
+        const int64_t l1 = std::min(nl, l0 + kBlock);
+        for (int64_t ib = b0; ib < b1; ++ib) {
+          T* d = dst + dof + ib * db;
+          const T* s = src + so + ib;
+          for (int64_t il = l0; il < l1; ++il) d[il] = s[il * sl];
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void topk(const Tensor& scores, int64_t k, Tensor& values, Tensor& indices) {
+  const char* op = "topk";
+  if (!scores.defined() || scores.dtype() != DType::kF32 || scores.dim() != 1 || !scores.is_contiguous() ||
+      scores.device() != Device::kCpu) {
+    bad(op, scores, "scores", "contiguous host f32 [n]");
+  }
+  const int64_t n = scores.size(0);
+  if (k < 0 || k > n) {
+    throw Error(ErrorKind::kInvalidInput, "k = " + std::to_string(k) + " for " + std::to_string(n) + " scores")
+        .where(op)
+        .expected("0 <= k <= n");
+  }
+  expect(op, values, "values", DType::kF32, {k});
+  expect(op, indices, "indices", DType::kI64, {k});
+  const float* s = scores.data<float>();
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  // A strict total order: numbers before NaN, larger first, then lower index first.
+  auto before = [s](int64_t a, int64_t b) {
+    const float va = s[a], vb = s[b];
+    const bool na = std::isnan(va), nb = std::isnan(vb);
+    if (na != nb) return nb;
+    if (!na && va != vb) return va > vb;
+    return a < b;
+  };
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
+  float* vp = values.data<float>();
+  int64_t* ip = indices.data<int64_t>();
+  for (int64_t i = 0; i < k; ++i) {
+    ip[i] = order[static_cast<size_t>(i)];
+    vp[i] = s[ip[i]];
+  }
+}
+
+void gather_rows(const Tensor& src, const Tensor& idx, Tensor& dst) {
+  const char* op = "gather_rows";
+  expect_contiguous(op, src, "src", "[N, ...]");
+  const int64_t m = idx.defined() && idx.dim() == 1 ? idx.size(0) : -1;
+  if (m < 0) bad(op, idx, "idx", "contiguous host i64 [M]");
+  Shape want = src.shape();
+  want[0] = m;
+  expect(op, dst, "dst", src.dtype(), want);
+  const int64_t* ip = checked_indices(op, idx, m, src.size(0));
+  const size_t row_bytes = static_cast<size_t>(src.size(0) ? src.numel() / src.size(0) : 0) * dtype_size(src.dtype());
+  const auto* sp = static_cast<const char*>(src.raw_data());
+  auto* dp = static_cast<char*>(dst.raw_data());
+  for (int64_t i = 0; i < m; ++i) std::memmove(dp + i * row_bytes, sp + ip[i] * row_bytes, row_bytes);
+}
+
+void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& dst) {
+  const char* op = "scatter_add_rows";
+  if (!src.defined() || src.dtype() != DType::kF32 || src.dim() != 2 || !src.is_contiguous() ||
+      src.device() != Device::kCpu) {
+    bad(op, src, "src", "contiguous host f32 [M, C]");
+  }
+  const int64_t m = src.size(0), c = src.size(1);
+  if (!dst.defined() || dst.dim() != 2) bad(op, dst, "dst", "contiguous host f32 [N, " + std::to_string(c) + "]");
+  expect(op, dst, "dst", DType::kF32, {dst.size(0), c});
+  const int64_t* ip = checked_indices(op, idx, m, dst.size(0));
+  const float* sp = src.data<float>();
+  float* dp = dst.data<float>();
+  for (int64_t i = 0; i < m; ++i) {
+    float* d = dp + ip[i] * c;
+    const float* s = sp + i * c;
+    for (int64_t j = 0; j < c; ++j) d[j] += s[j];
+  }
+}
+
+void concat(std::span<const Tensor> inputs, int64_t axis, Tensor& dst) {
+  const char* op = "concat";
+  if (inputs.empty()) throw Error(ErrorKind::kInvalidInput, "no inputs").where(op).expected("at least one tensor");
+  const Tensor& first = inputs[0];
+  expect_contiguous(op, first, "inputs[0]", "of rank >= 1");
+  const int64_t rank = first.dim();
+  const int64_t ax = axis < 0 ? axis + rank : axis;
+  if (ax < 0 || ax >= rank) {
+    throw Error(ErrorKind::kInvalidInput, "axis " + std::to_string(axis) + " for rank " + std::to_string(rank))
+        .where(op)
+        .expected("an axis in [-rank, rank)");
+  }
+  Shape want = first.shape();
+  want[static_cast<size_t>(ax)] = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    const std::string name = "inputs[" + std::to_string(i) + "]";
+    expect_contiguous(op, t, name, "");
+    bool ok = t.dtype() == first.dtype() && t.dim() == rank;
+    for (int64_t d = 0; d < rank && ok; ++d) ok = d == ax || t.size(d) == first.size(d);
+    if (!ok) {
+      Shape e = first.shape();
+      e[static_cast<size_t>(ax)] = -1;
+      bad(op, t, name, std::string(dtype_name(first.dtype())) + shape_str(e) + " (-1: any extent on axis " +
+                           std::to_string(ax) + ")");
+    }
+  }
+  for (const Tensor& t : inputs) want[static_cast<size_t>(ax)] += t.size(ax);
+  expect(op, dst, "dst", first.dtype(), want);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < ax; ++d) outer *= want[static_cast<size_t>(d)];
+  for (int64_t d = ax + 1; d < rank; ++d) inner *= want[static_cast<size_t>(d)];
+  const size_t es = dtype_size(first.dtype());
+  const size_t dst_row = static_cast<size_t>(want[static_cast<size_t>(ax)] * inner) * es;
+  auto* dp = static_cast<char*>(dst.raw_data());
+  size_t at = 0;
+  for (const Tensor& t : inputs) {
+    const size_t row = static_cast<size_t>(t.size(ax) * inner) * es;
+    const auto* sp = static_cast<const char*>(t.raw_data());
+    for (int64_t o = 0; o < outer && row > 0; ++o) std::memmove(dp + o * dst_row + at, sp + o * row, row);
+    at += row;
+  }
+}
+
+void permute_copy(const Tensor& src, Tensor& dst) {
+  const char* op = "permute_copy";
+  if (!src.defined() || src.device() != Device::kCpu) bad(op, src, "src", "a host tensor");
+  expect(op, dst, "dst", src.dtype(), src.shape());
+  if (src.numel() == 0) return;
+  const auto [slo, shi] = byte_span(src);
+  const auto [dlo, dhi] = byte_span(dst);
+  if (slo < dhi && dlo < shi) {
+    throw Error(ErrorKind::kInvalidInput, "src " + src.describe() + " and dst share memory")
+        .where(op)
+        .expected("disjoint src and dst");
+  }
+  // Drop unit dims and merge dims that are adjacent in src too (dst is contiguous, so they are
+  // adjacent there): NHWC -> NCHW becomes a [N, C, H*W] copy with src strides [HWC, 1, C].
+  Shape shape, sst;
+  for (int64_t d = 0; d < src.dim(); ++d) {
+    const int64_t n = src.size(d), st = src.strides()[static_cast<size_t>(d)];
+    if (n == 1) continue;
+    if (!shape.empty() && sst.back() == st * n) {
+      shape.back() *= n;
+      sst.back() = st;
+    } else {
+      shape.push_back(n);
+      sst.push_back(st);
+    }
+  }
+  if (shape.empty()) {
+    shape.push_back(1);
+    sst.push_back(1);
+  }
+  // Elements are moved as same-sized unsigned words, so one copy serves every dtype.
+  const void* s = src.raw_data();
+  void* d = dst.raw_data();
+  switch (dtype_size(src.dtype())) {
+    case 1: return strided_copy(static_cast<const uint8_t*>(s), static_cast<uint8_t*>(d), shape, sst);
+    case 2: return strided_copy(static_cast<const uint16_t*>(s), static_cast<uint16_t*>(d), shape, sst);
+    case 4: return strided_copy(static_cast<const uint32_t*>(s), static_cast<uint32_t*>(d), shape, sst);
+    case 8: return strided_copy(static_cast<const uint64_t*>(s), static_cast<uint64_t*>(d), shape, sst);
+    default: throw Error(ErrorKind::kInternal, "element size of " + src.describe()).where(op);
+  }
+}
+
+}  // namespace bev::cpu

@@ -1,0 +1,35 @@
+// Index-driven ops: top-k, row gather/scatter-add, concat and strided (permuting) copies.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/tensor.h"
+
+namespace bev::cpu {
+
+// The k largest of scores [n] (f32, contiguous), sorted descending, into values [k] f32 and
+// indices [k] i64; 0 <= k <= n.
+// Order is total and deterministic: equal scores keep the lower index first (torch.topk
+// promises no tie order, and CUDA's differs from run to run, so compare sets in tests), NaN
+// counts as smaller than every number including -inf (torch.topk treats NaN as the largest),
+// and -0.0 equals +0.0.
+void topk(const Tensor& scores, int64_t k, Tensor& values, Tensor& indices);
+
+// dst[m, :] = src[idx[m], :]. src [N, C] and dst [M, C] contiguous, any (same) dtype; idx [M]
+// i64. Every index is checked against [0, N) before anything is written.
+void gather_rows(const Tensor& src, const Tensor& idx, Tensor& dst);
+
+// dst[idx[m], :] += src[m, :] in increasing m (duplicates accumulate in that order, so the
+// result is deterministic). src [M, C] f32, idx [M] i64, dst [N, C] f32; indices checked first.
+void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& dst);
+
+// Concatenation of contiguous tensors of one dtype along `axis` (negative counts from the
+// end); they agree on every other extent; dst contiguous with the summed extent.
+void concat(std::span<const Tensor> inputs, int64_t axis, Tensor& dst);
+
+// dst (contiguous, same shape and dtype) = src, an arbitrary strided view of any rank, e.g.
+// x.permute({0, 3, 1, 2}) for NHWC -> NCHW. Transposing views are copied in square blocks.
+void permute_copy(const Tensor& src, Tensor& dst);
+
+}  // namespace bev::cpu

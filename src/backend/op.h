@@ -1,0 +1,120 @@
+// The one list of ops. BEV_OPS generates the OpKind enum and the names the profiler, tests and
+// benchmarks print; every backend dispatches on OpKind in a single switch compiled with
+// -Werror=switch, so an op without a kernel is a compile error, not a runtime surprise.
+//
+// An OpNode is one call: kind, attributes, input and output tensors, and the backend's prepared
+// state (packed weights, cached primitives). Eager execution runs a node as soon as it is built;
+// recording keeps the nodes so a plan can replay them on the same buffers every frame.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace bev {
+
+#define BEV_OPS(X)        \
+  X(conv2d)               \
+  X(deform_conv2d)        \
+  X(linear)               \
+  X(batched_matmul)       \
+  X(layer_norm)           \
+  X(softmax)              \
+  X(relu)                 \
+  X(sigmoid)              \
+  X(inverse_sigmoid)      \
+  X(add)                  \
+  X(add_rows)             \
+  X(max_pool2d)           \
+  X(upsample_nearest_add) \
+  X(msda)                 \
+  X(topk)                 \
+  X(gather_rows)          \
+  X(scatter_add_rows)     \
+  X(concat)               \
+  X(permute)
+
+enum class OpKind : uint8_t {
+#define BEV_OP_ENUM(name) name,
+  BEV_OPS(BEV_OP_ENUM)
+#undef BEV_OP_ENUM
+};
+
+inline constexpr OpKind kAllOps[] = {
+#define BEV_OP_ALL(name) OpKind::name,
+    BEV_OPS(BEV_OP_ALL)
+#undef BEV_OP_ALL
+};
+
+const char* op_name(OpKind kind);
+
+enum class Precision : uint8_t { kF32, kBF16 };
+const char* precision_name(Precision p);
+
+// ---- attributes, one struct per op that has any ----
+
+struct Conv2dAttrs {
+  int stride_h = 1, stride_w = 1;
+  int pad_h = 0, pad_w = 0;
+  int dilation_h = 1, dilation_w = 1;
+  int groups = 1;
+  bool relu = false;
+  bool residual = false;  // y = act(conv(x) + bias + residual)
+};
+
+struct DeformConv2dAttrs {
+  int stride = 1, pad = 1, dilation = 1;
+};
+
+struct LinearAttrs {
+  bool relu = false;
+};
+
+struct BatchedMatmulAttrs {
+  bool transpose_b = false;
+  float scale = 1.0f;
+};
+
+struct LayerNormAttrs {
+  float eps = 1e-5f;
+};
+
+struct InverseSigmoidAttrs {
+  float eps = 1e-5f;
+};
+
+struct MsdaAttrs {
+  std::vector<std::pair<int64_t, int64_t>> spatial_shapes;  // (H, W) per level
+  std::vector<int64_t> level_start;                         // first value row of each level
+};
+
+struct TopkAttrs {
+  int64_t k = 0;
+};
+
+struct ConcatAttrs {
+  int64_t axis = 0;
+};
+
+struct PermuteAttrs {
+  std::vector<int64_t> order;
+};
+
+using OpAttrs = std::variant<std::monostate, Conv2dAttrs, DeformConv2dAttrs, LinearAttrs, BatchedMatmulAttrs,
+                             LayerNormAttrs, InverseSigmoidAttrs, MsdaAttrs, TopkAttrs, ConcatAttrs, PermuteAttrs>;
+
+struct OpNode {
+  OpKind kind = OpKind::relu;
+  std::string label;                      // the stage tag (DESIGN §3), e.g. "img.layer1.0.conv1"
+  OpAttrs attrs;
+  std::vector<Tensor> inputs;
+  std::vector<Tensor> outputs;
+  std::shared_ptr<const void> prepared;  // backend state for weighted ops (see Backend::prepare_*)
+};
+
+}  // namespace bev

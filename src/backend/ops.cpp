@@ -1,0 +1,288 @@
+#include "backend/ops.h"
+
+#include <utility>
+
+#include "bevformer/error.h"
+
+namespace bev {
+namespace {
+
+const char* kOpNames[] = {
+#define BEV_OP_NAME(name) #name,
+    BEV_OPS(BEV_OP_NAME)
+#undef BEV_OP_NAME
+};
+
+[[noreturn]] void shape_error(const std::string& op, const std::string& label, const std::string& problem,
+                              const std::string& expected) {
+  throw Error(ErrorKind::kInvalidInput, problem).where(label.empty() ? op : op + " '" + label + "'").expected(expected);
+}
+
+void expect_rank(const char* op, const std::string& label, const char* name, const Tensor& t, int64_t rank) {
+  if (!t.defined()) shape_error(op, label, std::string(name) + " is undefined", "a tensor");
+  if (t.dim() != rank) {
+    shape_error(op, label, std::string(name) + " is " + t.describe(), "rank " + std::to_string(rank));
+  }
+}
+
+void expect_f32(const char* op, const std::string& label, const char* name, const Tensor& t) {
+  if (t.dtype() != DType::kF32) shape_error(op, label, std::string(name) + " is " + t.describe(), "f32");
+}
+
+void expect_same_shape(const char* op, const std::string& label, const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) shape_error(op, label, "shapes " + a.describe() + " and " + b.describe() + " differ", "equal shapes");
+}
+
+int64_t conv_out(int64_t in, int k, int stride, int pad, int dil) {
+  return (in + 2 * pad - dil * (k - 1) - 1) / stride + 1;
+}
+
+}  // namespace
+
+const char* op_name(OpKind kind) { return kOpNames[static_cast<size_t>(kind)]; }
+
+const char* precision_name(Precision p) { return p == Precision::kF32 ? "f32" : "bf16"; }
+
+// ---- weights ----
+
+PreparedWeights Ops::prepare(OpKind kind, OpAttrs attrs, const Tensor& weight, const Tensor* bias) {
+  expect_f32(op_name(kind), "", "weight", weight);
+  if (bias) {
+    expect_rank(op_name(kind), "", "bias", *bias, 1);
+    if (bias->size(0) != weight.size(0)) {
+      shape_error(op_name(kind), "", "bias " + bias->describe() + " for weight " + weight.describe(),
+                  "[" + std::to_string(weight.size(0)) + "]");
+    }
+  }
+  PreparedWeights p;
+  p.kind = kind;
+  p.weight_shape = weight.shape();
+  p.state = backend_.prepare(kind, attrs, weight, bias);
+  p.attrs = std::move(attrs);
+  return p;
+}
+
+PreparedWeights Ops::prepare_conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs& attrs) {
+  expect_rank("conv2d", "", "weight", weight_oihw, 4);
+  return prepare(OpKind::conv2d, attrs, weight_oihw, bias);
+}
+
+PreparedWeights Ops::prepare_deform_conv2d(const Tensor& weight_oihw, const Tensor* bias,
+                                           const DeformConv2dAttrs& attrs) {
+  expect_rank("deform_conv2d", "", "weight", weight_oihw, 4);
+  return prepare(OpKind::deform_conv2d, attrs, weight_oihw, bias);
+}
+
+PreparedWeights Ops::prepare_linear(const Tensor& weight_out_in, const Tensor* bias, const LinearAttrs& attrs) {
+  expect_rank("linear", "", "weight", weight_out_in, 2);
+  return prepare(OpKind::linear, attrs, weight_out_in, bias);
+}
+
+// ---- plumbing ----
+
+Tensor Ops::output(const Shape& shape, DType dtype) { return Tensor::empty(shape, dtype); }
+
+Tensor Ops::emit(OpNode node) {
+  // Kernels read dense rows; a strided view would need a hidden copy (and an allocation in every
+  // replay), so views must be made contiguous by an explicit permute.
+  if (node.kind != OpKind::permute) {
+    for (const Tensor& t : node.inputs) {
+      if (!t.is_contiguous()) {
+        shape_error(op_name(node.kind), node.label, "input " + t.describe() + " is a strided view",
+                    "contiguous inputs (use Ops::permute)");
+      }
+    }
+  }
+  backend_.run(node);
+  Tensor out = node.outputs.front();
+  if (mode_ == Mode::kRecord) nodes_.push_back(std::move(node));
+  return out;
+}
+
+void Ops::replay() {
+  for (const OpNode& n : nodes_) backend_.run(n);
+}
+
+// ---- image ops (NHWC) ----
+
+Tensor Ops::conv2d(const Tensor& x, const PreparedWeights& w, const Tensor* residual, std::string label) {
+  expect_rank("conv2d", label, "input", x, 4);
+  expect_f32("conv2d", label, "input", x);
+  const auto& a = std::get<Conv2dAttrs>(w.attrs);
+  const Shape& ws = w.weight_shape;  // O, I/groups, kh, kw
+  if (x.size(3) != ws[1] * a.groups) {
+    shape_error("conv2d", label, "input " + x.describe() + " (NHWC) for weight " + shape_str(ws),
+                std::to_string(ws[1] * a.groups) + " input channels");
+  }
+  const int64_t ho = conv_out(x.size(1), static_cast<int>(ws[2]), a.stride_h, a.pad_h, a.dilation_h);
+  const int64_t wo = conv_out(x.size(2), static_cast<int>(ws[3]), a.stride_w, a.pad_w, a.dilation_w);
+  if (ho <= 0 || wo <= 0) shape_error("conv2d", label, "input " + x.describe() + " is smaller than the kernel", "a larger map");
+  OpNode n{OpKind::conv2d, std::move(label), w.attrs, {x}, {output({x.size(0), ho, wo, ws[0]})}, w.state};
+  if (a.residual) {
+    if (!residual) shape_error("conv2d", n.label, "no residual given", "a residual tensor (attrs.residual is set)");
+    expect_same_shape("conv2d", n.label, *residual, n.outputs[0]);
+    n.inputs.push_back(*residual);
+  } else if (residual) {
+    shape_error("conv2d", n.label, "a residual was given", "none (attrs.residual is not set)");
+  }
+  return emit(std::move(n));
+}
+
+Tensor Ops::deform_conv2d(const Tensor& x, const Tensor& offset_mask, const PreparedWeights& w, std::string label) {
+  expect_rank("deform_conv2d", label, "input", x, 4);
+  expect_rank("deform_conv2d", label, "offset_mask", offset_mask, 4);
+  const auto& a = std::get<DeformConv2dAttrs>(w.attrs);
+  const Shape& ws = w.weight_shape;
+  if (x.size(3) != ws[1]) {
+    shape_error("deform_conv2d", label, "input " + x.describe() + " for weight " + shape_str(ws),
+                std::to_string(ws[1]) + " input channels");
+  }
+  const int64_t ho = conv_out(x.size(1), static_cast<int>(ws[2]), a.stride, a.pad, a.dilation);
+  const int64_t wo = conv_out(x.size(2), static_cast<int>(ws[3]), a.stride, a.pad, a.dilation);
+  const Shape om = {x.size(0), ho, wo, 3 * ws[2] * ws[3]};
+  if (offset_mask.shape() != om) {
+    shape_error("deform_conv2d", label, "offset_mask is " + offset_mask.describe(), "f32" + shape_str(om));
+  }
+  return emit({OpKind::deform_conv2d, std::move(label), w.attrs, {x, offset_mask},
+               {output({x.size(0), ho, wo, ws[0]})}, w.state});
+}
+
+Tensor Ops::max_pool2d(const Tensor& x, std::string label) {
+  expect_rank("max_pool2d", label, "input", x, 4);
+  const int64_t ho = (x.size(1) - 1) / 2 + 1, wo = (x.size(2) - 1) / 2 + 1;
+  return emit({OpKind::max_pool2d, std::move(label), {}, {x}, {output({x.size(0), ho, wo, x.size(3)})}, nullptr});
+}
+
+Tensor Ops::upsample_nearest_add(const Tensor& coarse, const Tensor& fine, std::string label) {
+  expect_rank("upsample_nearest_add", label, "coarse", coarse, 4);
+  expect_rank("upsample_nearest_add", label, "fine", fine, 4);
+  if (coarse.size(0) != fine.size(0) || coarse.size(3) != fine.size(3)) {
+    shape_error("upsample_nearest_add", label, coarse.describe() + " onto " + fine.describe(), "equal N and C");
+  }
+  return emit({OpKind::upsample_nearest_add, std::move(label), {}, {coarse, fine}, {fine}, nullptr});
+}
+
+// ---- dense ops ----
+
+Tensor Ops::linear(const Tensor& x, const PreparedWeights& w, std::string label) {
+  const int64_t in = w.weight_shape[1], out_features = w.weight_shape[0];
+  if (x.dim() < 1 || x.size(-1) != in) {
+    shape_error("linear", label, "input " + x.describe() + " for weight " + shape_str(w.weight_shape),
+                "[..., " + std::to_string(in) + "]");
+  }
+  expect_f32("linear", label, "input", x);
+  Shape ys = x.shape();
+  ys.back() = out_features;
+  return emit({OpKind::linear, std::move(label), w.attrs, {x}, {output(ys)}, w.state});
+}
+
+Tensor Ops::batched_matmul(const Tensor& a, const Tensor& b, const BatchedMatmulAttrs& attrs, std::string label) {
+  expect_rank("batched_matmul", label, "a", a, 3);
+  expect_rank("batched_matmul", label, "b", b, 3);
+  const int64_t k = attrs.transpose_b ? b.size(2) : b.size(1);
+  const int64_t n = attrs.transpose_b ? b.size(1) : b.size(2);
+  if (a.size(0) != b.size(0) || a.size(2) != k) {
+    shape_error("batched_matmul", label, a.describe() + " x " + b.describe() + (attrs.transpose_b ? "^T" : ""),
+                "matching batch and inner dimensions");
+  }
+  return emit({OpKind::batched_matmul, std::move(label), attrs, {a, b}, {output({a.size(0), a.size(1), n})}, nullptr});
+}
+
+Tensor Ops::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, std::string label) {
+  const int64_t c = x.size(-1);
+  if (gamma.shape() != Shape{c} || beta.shape() != Shape{c}) {
+    shape_error("layer_norm", label, "gamma " + gamma.describe() + ", beta " + beta.describe() + " for " + x.describe(),
+                "[" + std::to_string(c) + "]");
+  }
+  return emit({OpKind::layer_norm, std::move(label), LayerNormAttrs{eps}, {x, gamma, beta}, {output(x.shape())}, nullptr});
+}
+
+Tensor Ops::softmax(const Tensor& x, std::string label) {
+  return emit({OpKind::softmax, std::move(label), {}, {x}, {output(x.shape())}, nullptr});
+}
+
+Tensor Ops::relu(const Tensor& x, std::string label) {
+  return emit({OpKind::relu, std::move(label), {}, {x}, {output(x.shape())}, nullptr});
+}
+
+Tensor Ops::sigmoid(const Tensor& x, std::string label) {
+  return emit({OpKind::sigmoid, std::move(label), {}, {x}, {output(x.shape())}, nullptr});
+}
+
+Tensor Ops::inverse_sigmoid(const Tensor& x, float eps, std::string label) {
+  return emit({OpKind::inverse_sigmoid, std::move(label), InverseSigmoidAttrs{eps}, {x}, {output(x.shape())}, nullptr});
+}
+
+Tensor Ops::add(const Tensor& a, const Tensor& b, std::string label) {
+  expect_same_shape("add", label, a, b);
+  return emit({OpKind::add, std::move(label), {}, {a, b}, {output(a.shape())}, nullptr});
+}
+
+Tensor Ops::add_rows(const Tensor& a, const Tensor& row, std::string label) {
+  if (row.shape() != Shape{a.size(-1)}) {
+    shape_error("add_rows", label, "row " + row.describe() + " for " + a.describe(), "[" + std::to_string(a.size(-1)) + "]");
+  }
+  return emit({OpKind::add_rows, std::move(label), {}, {a, row}, {output(a.shape())}, nullptr});
+}
+
+// ---- attention and selection ----
+
+Tensor Ops::msda(const Tensor& value, const Tensor& locations, const Tensor& weights, const MsdaAttrs& attrs,
+                 std::string label) {
+  expect_rank("msda", label, "value", value, 4);
+  expect_rank("msda", label, "sampling_locations", locations, 6);
+  expect_rank("msda", label, "attention_weights", weights, 5);
+  return emit({OpKind::msda, std::move(label), attrs, {value, locations, weights},
+               {output({locations.size(0), locations.size(1), value.size(2) * value.size(3)})}, nullptr});
+}
+
+std::pair<Tensor, Tensor> Ops::topk(const Tensor& scores, int64_t k, std::string label) {
+  expect_rank("topk", label, "scores", scores, 1);
+  if (k < 0 || k > scores.size(0)) {
+    shape_error("topk", label, "k = " + std::to_string(k) + " of " + scores.describe(), "0 <= k <= n");
+  }
+  OpNode n{OpKind::topk, std::move(label), TopkAttrs{k}, {scores}, {output({k}), output({k}, DType::kI64)}, nullptr};
+  Tensor indices = n.outputs[1];
+  Tensor values = emit(std::move(n));
+  return {values, indices};
+}
+
+Tensor Ops::gather_rows(const Tensor& src, const Tensor& index, std::string label) {
+  expect_rank("gather_rows", label, "src", src, 2);
+  expect_rank("gather_rows", label, "index", index, 1);
+  return emit({OpKind::gather_rows, std::move(label), {}, {src, index}, {output({index.size(0), src.size(1)})}, nullptr});
+}
+
+Tensor Ops::scatter_add_rows(const Tensor& src, const Tensor& index, const Tensor& dst, std::string label) {
+  expect_rank("scatter_add_rows", label, "src", src, 2);
+  expect_rank("scatter_add_rows", label, "dst", dst, 2);
+  if (index.shape() != Shape{src.size(0)} || src.size(1) != dst.size(1)) {
+    shape_error("scatter_add_rows", label, src.describe() + " by " + index.describe() + " into " + dst.describe(),
+                "one index per source row and equal widths");
+  }
+  return emit({OpKind::scatter_add_rows, std::move(label), {}, {src, index}, {dst}, nullptr});
+}
+
+Tensor Ops::concat(const std::vector<Tensor>& parts, int64_t axis, std::string label) {
+  if (parts.empty()) shape_error("concat", label, "no tensors", "at least one");
+  Shape s = parts.front().shape();
+  if (axis < 0) axis += static_cast<int64_t>(s.size());
+  if (axis < 0 || axis >= static_cast<int64_t>(s.size())) shape_error("concat", label, "axis out of range", "a valid axis");
+  int64_t total = 0;
+  for (const Tensor& p : parts) {
+    Shape q = p.shape();
+    if (q.size() != s.size()) shape_error("concat", label, p.describe() + " with " + parts.front().describe(), "equal ranks");
+    total += q[static_cast<size_t>(axis)];
+    q[static_cast<size_t>(axis)] = s[static_cast<size_t>(axis)];
+    if (q != s) shape_error("concat", label, p.describe() + " with " + parts.front().describe(), "equal shapes off the axis");
+  }
+  s[static_cast<size_t>(axis)] = total;
+  return emit({OpKind::concat, std::move(label), ConcatAttrs{axis}, parts, {output(s, parts.front().dtype())}, nullptr});
+}
+
+Tensor Ops::permute(const Tensor& x, const std::vector<int64_t>& order, std::string label) {
+  const Tensor view = x.permute(order);  // validates the order
+  return emit({OpKind::permute, std::move(label), PermuteAttrs{order}, {x}, {output(view.shape(), x.dtype())}, nullptr});
+}
+
+}  // namespace bev

@@ -1,0 +1,84 @@
+// Ops: what model code calls. Tensor handles in, tensor handles out; shapes are checked and
+// output shapes inferred here, once, for every backend. In eager mode each call runs at once; in
+// record mode the calls are kept as OpNodes (still executed once, so values flow) and replay()
+// runs the same nodes again on the same buffers: per-frame inputs are written into the recorded
+// input tensors in place, so a recorded stage replays without allocating or deciding anything.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/op.h"
+
+namespace bev {
+
+// Weights of a conv2d / deform_conv2d / linear, prepared once by the backend.
+struct PreparedWeights {
+  OpKind kind = OpKind::linear;
+  OpAttrs attrs;
+  Shape weight_shape;  // OIHW or [out, in]
+  std::shared_ptr<const void> state;
+};
+
+class Ops {
+ public:
+  enum class Mode { kEager, kRecord };
+
+  explicit Ops(Backend& backend, Mode mode = Mode::kEager) : backend_(backend), mode_(mode) {}
+
+  Backend& backend() { return backend_; }
+  Mode mode() const { return mode_; }
+
+  PreparedWeights prepare_conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs& attrs);
+  PreparedWeights prepare_deform_conv2d(const Tensor& weight_oihw, const Tensor* bias,
+                                        const DeformConv2dAttrs& attrs);
+  PreparedWeights prepare_linear(const Tensor& weight_out_in, const Tensor* bias, const LinearAttrs& attrs);
+
+  // Image tensors are NHWC [N, H, W, C].
+  Tensor conv2d(const Tensor& x, const PreparedWeights& w, const Tensor* residual = nullptr, std::string label = {});
+  Tensor deform_conv2d(const Tensor& x, const Tensor& offset_mask, const PreparedWeights& w, std::string label = {});
+  Tensor max_pool2d(const Tensor& x, std::string label = {});  // 3x3, stride 2, padding 1
+  // fine += nearest-upsampled coarse, in place; returns `fine`.
+  Tensor upsample_nearest_add(const Tensor& coarse, const Tensor& fine, std::string label = {});
+
+  // Rows are the leading dimensions flattened: [..., in] -> [..., out].
+  Tensor linear(const Tensor& x, const PreparedWeights& w, std::string label = {});
+  Tensor batched_matmul(const Tensor& a, const Tensor& b, const BatchedMatmulAttrs& attrs, std::string label = {});
+  Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps = 1e-5f,
+                    std::string label = {});
+  Tensor softmax(const Tensor& x, std::string label = {});  // over the last dimension
+  Tensor relu(const Tensor& x, std::string label = {});
+  Tensor sigmoid(const Tensor& x, std::string label = {});
+  Tensor inverse_sigmoid(const Tensor& x, float eps = 1e-5f, std::string label = {});
+  Tensor add(const Tensor& a, const Tensor& b, std::string label = {});
+  Tensor add_rows(const Tensor& a, const Tensor& row, std::string label = {});  // a [..., C] + row [C]
+
+  // value [bs, Lv, heads, hd], locations [bs, Lq, heads, L, P, 2], weights [bs, Lq, heads, L, P]
+  // -> [bs, Lq, heads * hd]
+  Tensor msda(const Tensor& value, const Tensor& locations, const Tensor& weights, const MsdaAttrs& attrs,
+              std::string label = {});
+
+  std::pair<Tensor, Tensor> topk(const Tensor& scores, int64_t k, std::string label = {});  // values, i64 indices
+  Tensor gather_rows(const Tensor& src, const Tensor& index, std::string label = {});
+  // dst[index[i]] += src[i], in place; returns `dst`.
+  Tensor scatter_add_rows(const Tensor& src, const Tensor& index, const Tensor& dst, std::string label = {});
+  Tensor concat(const std::vector<Tensor>& parts, int64_t axis, std::string label = {});
+  Tensor permute(const Tensor& x, const std::vector<int64_t>& order, std::string label = {});  // contiguous copy
+
+  const std::vector<OpNode>& nodes() const { return nodes_; }
+  // Runs every recorded node again, in order, on the recorded tensors.
+  void replay();
+
+ private:
+  Tensor output(const Shape& shape, DType dtype = DType::kF32);
+  Tensor emit(OpNode node);  // runs (and records) the node; returns its first output
+  PreparedWeights prepare(OpKind kind, OpAttrs attrs, const Tensor& weight, const Tensor* bias);
+
+  Backend& backend_;
+  Mode mode_;
+  std::vector<OpNode> nodes_;
+};
+
+}  // namespace bev

@@ -1,0 +1,329 @@
+// cpu::Conv2d against a direct 7-loop convolution in double (NCHW-indexed math over NHWC storage).
+//
+// Error measure: for every output, |y - ref| / S where S = sum|x*w| + |bias| + |residual| is the
+// sum of the magnitudes of the terms; it does not depend on cancellation, so a proven bound holds
+// for any data. With K = C/groups * KH * KW products and u = 2^-24 (f32 unit roundoff):
+//   f32:  summing K + 2 terms in f32 in any order errs by at most (K + 2) * u * S.
+//   bf16: x and w are each rounded to bf16 (8-bit significand, unit roundoff 2^-8), so each product
+//         is off by at most (2^-7 + 2^-16) |x*w|; plus the f32 sum: (2^-7 + 2^-16 + (K + 2) * u) * S.
+// Those are the asserted bounds (a dropped or misplaced term shows up as err/S ~ 1/K or more).
+// Observed maxima are printed: f32 ~1e-7, bf16 ~3e-3.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/conv2d.h"
+#include "backend/cpu/onednn.h"
+
+namespace bev::cpu {
+namespace {
+
+Tensor random_tensor(const Shape& shape, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  Tensor t = Tensor::empty(shape, DType::kF32);
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(gen);
+  return t;
+}
+
+struct Ref {
+  std::vector<double> y;    // NHWC
+  std::vector<double> mag;  // sum of |terms| per output
+};
+
+// y[n,oh,ow,o] = act(sum_{c,i,j} x[n, oh*s-p+i*d, ow*s-p+j*d, g*Cg+c] * w[o,c,i,j] + b[o] + r[...])
+Ref reference(const Tensor& x, const Tensor& w, const Tensor* b, const Conv2dAttrs& a, const Tensor* residual) {
+  const int64_t n = x.size(0), h = x.size(1), wd = x.size(2), c = x.size(3);
+  const int64_t o = w.size(0), cg = w.size(1), kh = w.size(2), kw = w.size(3);
+  const int64_t og = o / a.groups;
+  const int64_t ho = (h + 2 * a.pad_h - a.dilation_h * (kh - 1) - 1) / a.stride_h + 1;
+  const int64_t wo = (wd + 2 * a.pad_w - a.dilation_w * (kw - 1) - 1) / a.stride_w + 1;
+  const float* xp = x.data<float>();
+  const float* wp = w.data<float>();
+  Ref r;
+  r.y.resize(static_cast<size_t>(n * ho * wo * o));
+  r.mag.resize(r.y.size());
+  for (int64_t in = 0; in < n; ++in)
+    for (int64_t oh = 0; oh < ho; ++oh)
+      for (int64_t ow = 0; ow < wo; ++ow)
+        for (int64_t oc = 0; oc < o; ++oc) {
+          const int64_t g = oc / og;
+          double acc = 0, mag = 0;
+          for (int64_t ic = 0; ic < cg; ++ic)
+            for (int64_t i = 0; i < kh; ++i)
+              for (int64_t j = 0; j < kw; ++j) {
+                const int64_t ih = oh * a.stride_h - a.pad_h + i * a.dilation_h;
+                const int64_t iw = ow * a.stride_w - a.pad_w + j * a.dilation_w;
+                if (ih < 0 || ih >= h || iw < 0 || iw >= wd) continue;
+                const double t = static_cast<double>(xp[((in * h + ih) * wd + iw) * c + g * cg + ic]) *
+                                 static_cast<double>(wp[((oc * cg + ic) * kh + i) * kw + j]);
+                acc += t;
+                mag += std::fabs(t);
+              }
+          const size_t idx = static_cast<size_t>(((in * ho + oh) * wo + ow) * o + oc);
+          if (b) {
+            acc += b->data<float>()[oc];
+            mag += std::fabs(b->data<float>()[oc]);
+          }
+          if (residual) {
+            acc += residual->data<float>()[idx];
+            mag += std::fabs(residual->data<float>()[idx]);
+          }
+          if (a.relu) acc = std::max(acc, 0.0);
+          r.y[idx] = acc;
+          r.mag[idx] = mag;
+        }
+  return r;
+}
+
+struct Errors {
+  double max_abs = 0, max_rel_to_mag = 0;
+};
+
+Errors compare(const Tensor& y, const Ref& ref) {
+  EXPECT_EQ(static_cast<size_t>(y.numel()), ref.y.size());
+  Errors e;
+  const float* p = y.data<float>();
+  for (size_t i = 0; i < ref.y.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(p[i]) - ref.y[i]);
+    e.max_abs = std::max(e.max_abs, d);
+    e.max_rel_to_mag = std::max(e.max_rel_to_mag, d / std::max(ref.mag[i], 1e-30));
+  }
+  return e;
+}
+
+double bound(Precision p, int64_t k) {
+  const double sum = static_cast<double>(k + 2) * std::ldexp(1.0, -24);
+  return p == Precision::kF32 ? sum : std::ldexp(1.0, -7) + std::ldexp(1.0, -16) + sum;
+}
+
+// Runs one case in the given precision and asserts the bound; returns the errors for reporting.
+Errors check_case(const char* name, const Shape& x_shape, const Shape& w_shape, bool with_bias, const Conv2dAttrs& a,
+                  Precision precision, uint32_t seed) {
+  const Tensor x = random_tensor(x_shape, seed);
+  const double fan_in = static_cast<double>(w_shape[1] * w_shape[2] * w_shape[3]);
+  const float ws = static_cast<float>(1.0 / std::sqrt(fan_in));
+  const Tensor w = random_tensor(w_shape, seed + 1, -ws, ws);
+  const Tensor b = random_tensor({w_shape[0]}, seed + 2);
+  const Conv2d conv(w, with_bias ? &b : nullptr, a, precision);
+  const Shape out = conv.output_shape(x_shape);
+  const Tensor res = random_tensor(out, seed + 3);
+  Tensor y = Tensor::empty(out, DType::kF32);
+  conv.run(x, a.residual ? &res : nullptr, y);
+  const Ref ref = reference(x, w, with_bias ? &b : nullptr, a, a.residual ? &res : nullptr);
+  const Errors e = compare(y, ref);
+  const double limit = bound(precision, w_shape[1] * w_shape[2] * w_shape[3]);
+  std::printf("  %-28s %-4s %s -> %s  max|err| %.3g  max err/S %.3g (bound %.3g)  [%s]\n", name,
+              precision == Precision::kF32 ? "f32" : "bf16", shape_str(x_shape).c_str(), shape_str(out).c_str(),
+              e.max_abs, e.max_rel_to_mag, limit, conv.impl_name(x_shape).c_str());
+  EXPECT_LE(e.max_rel_to_mag, limit) << name;
+  return e;
+}
+
+Conv2dAttrs attrs(int stride, int pad, int dilation = 1, int groups = 1, bool relu = false, bool residual = false) {
+  Conv2dAttrs a;
+  a.stride_h = a.stride_w = stride;
+  a.pad_h = a.pad_w = pad;
+  a.dilation_h = a.dilation_w = dilation;
+  a.groups = groups;
+  a.relu = relu;
+  a.residual = residual;
+  return a;
+}
+
+class Conv2dBothPrecisions : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(Conv2dBothPrecisions, OddChannels3x3Pad1) {
+  check_case("3x3 p1 C3->O5", {2, 9, 7, 3}, {5, 3, 3, 3}, true, attrs(1, 1), GetParam(), 10);
+  check_case("3x3 p1 C17->O5 relu", {1, 6, 5, 17}, {5, 17, 3, 3}, true, attrs(1, 1, 1, 1, true), GetParam(), 11);
+}
+
+TEST_P(Conv2dBothPrecisions, Stem7x7Stride2) {
+  check_case("7x7 s2 p3 C3->O17", {2, 33, 29, 3}, {17, 3, 7, 7}, false, attrs(2, 3, 1, 1, true), GetParam(), 20);
+}
+
+TEST_P(Conv2dBothPrecisions, OnePixelMaps) {
+  check_case("3x3 p1 on 1x1", {3, 1, 1, 17}, {5, 17, 3, 3}, true, attrs(1, 1), GetParam(), 30);
+  check_case("1x1 on 1x1", {1, 1, 1, 5}, {3, 5, 1, 1}, true, attrs(1, 0), GetParam(), 31);
+  check_case("3x3 s2 p1 on 1x1", {2, 1, 1, 16}, {32, 16, 3, 3}, false, attrs(2, 1), GetParam(), 32);
+}
+
+TEST_P(Conv2dBothPrecisions, Stride2OddSizes) {
+  check_case("1x1 s2 (caffe) 15x25", {2, 15, 25, 17}, {33, 17, 1, 1}, false, attrs(2, 0), GetParam(), 40);
+  check_case("3x3 s2 p1 (pytorch) 15x25", {2, 15, 25, 16}, {24, 16, 3, 3}, false, attrs(2, 1), GetParam(), 41);
+  check_case("3x3 s2 p1 P6 29x50", {1, 29, 50, 8}, {16, 8, 3, 3}, true, attrs(2, 1), GetParam(), 42);
+}
+
+TEST_P(Conv2dBothPrecisions, Dilation2) {
+  check_case("3x3 d2 p2", {2, 11, 13, 5}, {7, 5, 3, 3}, true, attrs(1, 2, 2), GetParam(), 50);
+}
+
+TEST_P(Conv2dBothPrecisions, Groups) {
+  check_case("3x3 groups 4", {2, 8, 9, 8}, {12, 2, 3, 3}, true, attrs(1, 1, 1, 4), GetParam(), 60);
+  check_case("3x3 depthwise C5", {1, 7, 6, 5}, {5, 1, 3, 3}, false, attrs(1, 1, 1, 5), GetParam(), 61);
+}
+
+TEST_P(Conv2dBothPrecisions, AsymmetricStridePad) {
+  Conv2dAttrs a;
+  a.stride_h = 2;
+  a.stride_w = 1;
+  a.pad_h = 0;
+  a.pad_w = 2;
+  a.dilation_w = 2;
+  check_case("3x5 s(2,1) p(0,2) d(1,2)", {1, 10, 9, 6}, {4, 6, 3, 5}, true, a, GetParam(), 70);
+}
+
+TEST_P(Conv2dBothPrecisions, ResidualRelu) {
+  // ResNet bottleneck conv3: y = relu(conv1x1(x) + b + identity).
+  check_case("1x1 +res relu", {2, 7, 9, 16}, {64, 16, 1, 1}, true, attrs(1, 0, 1, 1, true, true), GetParam(), 80);
+  check_case("3x3 +res relu odd", {1, 5, 3, 17}, {5, 17, 3, 3}, false, attrs(1, 1, 1, 1, true, true), GetParam(), 81);
+}
+
+TEST_P(Conv2dBothPrecisions, ResidualInPlace) {
+  // Residual given as y itself (sum post-op path): same result as from a separate tensor.
+  const Conv2dAttrs a = attrs(1, 0, 1, 1, true, true);
+  const Tensor x = random_tensor({2, 6, 5, 24}, 90);
+  const Tensor w = random_tensor({40, 24, 1, 1}, 91, -0.2f, 0.2f);
+  const Tensor b = random_tensor({40}, 92);
+  const Conv2d conv(w, &b, a, GetParam());
+  const Tensor res = random_tensor({2, 6, 5, 40}, 93);
+  Tensor y1 = Tensor::empty(res.shape(), DType::kF32);
+  conv.run(x, &res, y1);
+  Tensor y2 = res.clone();
+  conv.run(x, &y2, y2);
+  const Ref ref = reference(x, w, &b, a, &res);
+  EXPECT_LE(compare(y1, ref).max_rel_to_mag, bound(GetParam(), 24));
+  EXPECT_LE(compare(y2, ref).max_rel_to_mag, bound(GetParam(), 24));
+}
+
+INSTANTIATE_TEST_SUITE_P(Precision, Conv2dBothPrecisions, ::testing::Values(Precision::kF32, Precision::kBF16),
+                         [](const auto& p) { return std::string(p.param == Precision::kF32 ? "f32" : "bf16"); });
+
+TEST(Conv2d, ReusesPrimitivesAcrossShapesAndIsDeterministic) {
+  const Conv2dAttrs a = attrs(1, 1, 1, 1, true);
+  const Tensor w = random_tensor({9, 7, 3, 3}, 100, -0.3f, 0.3f);
+  const Tensor b = random_tensor({9}, 101);
+  const Conv2d conv(w, &b, a, Precision::kF32);
+  for (const Shape& s : {Shape{1, 8, 8, 7}, Shape{3, 5, 11, 7}, Shape{1, 8, 8, 7}, Shape{2, 1, 1, 7}}) {
+    const Tensor x = random_tensor(s, 102 + static_cast<uint32_t>(s[1]));
+    Tensor y1 = Tensor::empty(conv.output_shape(s), DType::kF32);
+    Tensor y2 = Tensor::empty(conv.output_shape(s), DType::kF32);
+    conv.run(x, nullptr, y1);
+    conv.run(x, nullptr, y2);
+    EXPECT_EQ(0, std::memcmp(y1.raw_data(), y2.raw_data(), y1.nbytes())) << shape_str(s);
+    EXPECT_LE(compare(y1, reference(x, w, &b, a, nullptr)).max_rel_to_mag, bound(Precision::kF32, 63)) << shape_str(s);
+  }
+}
+
+// Relative L2 of bf16 against f32 at a BEVFormer-like layer (3x3, 256 -> 256, a 15x25 map) on
+// random data. Each product carries two independent bf16 roundings (uniform, 2^-8 relative at
+// most), so the relative L2 is a few 1e-3 (observed 2.2e-3); asserted <= 5e-3.
+TEST(Conv2d, Bf16RelativeL2AgainstF32) {
+  const Tensor x = random_tensor({2, 15, 25, 256}, 130);
+  const float ws = static_cast<float>(1.0 / std::sqrt(256.0 * 9.0));
+  const Tensor w = random_tensor({256, 256, 3, 3}, 131, -ws, ws);
+  const Tensor b = random_tensor({256}, 132, -0.1f, 0.1f);
+  const Conv2dAttrs a = attrs(1, 1);
+  Tensor y32 = Tensor::empty({2, 15, 25, 256}, DType::kF32), y16 = Tensor::empty({2, 15, 25, 256}, DType::kF32);
+  Conv2d(w, &b, a, Precision::kF32).run(x, nullptr, y32);
+  Conv2d(w, &b, a, Precision::kBF16).run(x, nullptr, y16);
+  double num = 0, den = 0, max_abs = 0;
+  for (int64_t i = 0; i < y32.numel(); ++i) {
+    const double d = static_cast<double>(y16.data<float>()[i]) - y32.data<float>()[i];
+    num += d * d;
+    den += static_cast<double>(y32.data<float>()[i]) * y32.data<float>()[i];
+    max_abs = std::max(max_abs, std::fabs(d));
+  }
+  const double rel_l2 = std::sqrt(num / den);
+  std::printf("  bf16 vs f32, 3x3 256->256 on [2, 15, 25, 256]: relative L2 %.3g, max|diff| %.3g\n", rel_l2, max_abs);
+  EXPECT_LE(rel_l2, 5e-3);
+}
+
+TEST(Conv2d, FoldBatchNormMatchesConvThenBatchNorm) {
+  const Tensor w = random_tensor({6, 5, 3, 3}, 110, -0.3f, 0.3f);
+  const Tensor gamma = random_tensor({6}, 111, 0.5f, 1.5f);
+  const Tensor beta = random_tensor({6}, 112);
+  const Tensor mean = random_tensor({6}, 113);
+  const Tensor var = random_tensor({6}, 114, 0.01f, 2.0f);
+  const float eps = 1e-5f;
+  const Tensor x = random_tensor({2, 7, 6, 5}, 115);
+  for (bool relu : {false, true}) {
+    Tensor fw, fb;
+    Conv2d::fold_batch_norm(w, nullptr, gamma, beta, mean, var, eps, &fw, &fb);
+    Conv2dAttrs a = attrs(1, 1);
+    a.relu = relu;
+    const Conv2d conv(fw, &fb, a, Precision::kF32);
+    Tensor y = Tensor::empty(conv.output_shape(x.shape()), DType::kF32);
+    conv.run(x, nullptr, y);
+    // Unfolded reference: conv in double, then BN in double, then ReLU.
+    const Ref raw = reference(x, w, nullptr, attrs(1, 1), nullptr);
+    double max_err = 0;
+    for (size_t i = 0; i < raw.y.size(); ++i) {
+      const size_t c = i % 6;
+      const double s = gamma.data<float>()[c] / std::sqrt(static_cast<double>(var.data<float>()[c]) + eps);
+      double want = (raw.y[i] - mean.data<float>()[c]) * s + beta.data<float>()[c];
+      if (relu) want = std::max(want, 0.0);
+      // S for the folded conv: the conv terms scaled by |s| plus the folded bias.
+      const double mag = raw.mag[i] * std::fabs(s) + std::fabs(fb.data<float>()[c]);
+      max_err = std::max(max_err, std::fabs(y.data<float>()[i] - want) / mag);
+    }
+    std::printf("  BN fold (relu=%d): max err/S %.3g\n", relu, max_err);
+    // The fold itself rounds w' and b' to f32: one more u per term.
+    EXPECT_LE(max_err, bound(Precision::kF32, 45) + std::ldexp(1.0, -24));
+  }
+  // With a conv bias too: b' = (b - mean) * s + beta.
+  const Tensor b = random_tensor({6}, 116);
+  Tensor fw, fb;
+  Conv2d::fold_batch_norm(w, &b, gamma, beta, mean, var, eps, &fw, &fb);
+  for (int c = 0; c < 6; ++c) {
+    const double s = gamma.data<float>()[c] / std::sqrt(static_cast<double>(var.data<float>()[c]) + eps);
+    EXPECT_NEAR(fb.data<float>()[c], (b.data<float>()[c] - mean.data<float>()[c]) * s + beta.data<float>()[c], 1e-6);
+    EXPECT_FLOAT_EQ(fw.data<float>()[c * 45 + 7], static_cast<float>(w.data<float>()[c * 45 + 7] * s));
+  }
+}
+
+TEST(Conv2d, RejectsMismatchesWithWhatWasExpected) {
+  const Tensor w = random_tensor({4, 3, 3, 3}, 120);
+  const Conv2d conv(w, nullptr, attrs(1, 1), Precision::kF32);
+  auto expect_invalid = [](auto&& fn, const char* needle) {
+    try {
+      fn();
+      ADD_FAILURE() << "no error; expected one mentioning " << needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  const Tensor x = random_tensor({1, 5, 5, 3}, 121);
+  Tensor y = Tensor::empty({1, 5, 5, 4}, DType::kF32);
+  expect_invalid([&] { conv.output_shape({1, 5, 5, 4}); }, "3 channels");
+  expect_invalid([&] { conv.output_shape({5, 5, 3}); }, "rank 4");
+  Tensor y_bad = Tensor::empty({1, 5, 4, 4}, DType::kF32);
+  expect_invalid([&] { conv.run(x, nullptr, y_bad); }, "[1, 5, 5, 4]");
+  expect_invalid([&] { conv.run(x, &y, y); }, "attrs.residual is not set");
+  Tensor y_bf16 = Tensor::empty({1, 5, 5, 4}, DType::kBF16);
+  expect_invalid([&] { conv.run(x, nullptr, y_bf16); }, "f32");
+  expect_invalid([&] { conv.run(x.permute({0, 2, 1, 3}), nullptr, y); }, "contiguous");
+  const Conv2d conv_res(w, nullptr, attrs(1, 1, 1, 1, false, true), Precision::kF32);
+  expect_invalid([&] { conv_res.run(x, nullptr, y); }, "attrs.residual is set");
+  const Conv2d conv_big(random_tensor({4, 3, 7, 7}, 122), nullptr, attrs(1, 0), Precision::kF32);
+  expect_invalid([&] { conv_big.output_shape({1, 5, 5, 3}); }, "empty output");
+  expect_invalid([&] { Conv2d(random_tensor({4, 3, 3}, 123), nullptr, attrs(1, 1), Precision::kF32); }, "rank 4");
+  expect_invalid([&] { Conv2d(w, nullptr, attrs(1, 1, 1, 3), Precision::kF32); }, "divisible by groups");
+  const Tensor b5 = random_tensor({5}, 124);
+  expect_invalid([&] { Conv2d(w, &b5, attrs(1, 1), Precision::kF32); }, "f32[4]");
+  // Output aliasing the input.
+  const Conv2d same(random_tensor({3, 3, 1, 1}, 125), nullptr, attrs(1, 0), Precision::kF32);
+  Tensor xy = random_tensor({1, 5, 5, 3}, 126);
+  expect_invalid([&] { same.run(xy, nullptr, xy); }, "overlaps");
+}
+
+}  // namespace
+}  // namespace bev::cpu

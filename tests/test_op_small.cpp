@@ -1,0 +1,438 @@
+// The small CPU ops (elementwise, pool/resize, select) against plain references written here,
+// on random inputs of awkward sizes (odd channels, 1-pixel maps, ties, NaN, saturation).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/elementwise.h"
+#include "backend/cpu/pool_resize.h"
+#include "backend/cpu/select.h"
+
+namespace bev::cpu {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+Tensor random_tensor(const Shape& shape, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
+  Tensor t = Tensor::empty(shape, DType::kF32);
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+  return t;
+}
+
+Tensor i64_tensor(const std::vector<int64_t>& v) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kI64);
+  std::copy(v.begin(), v.end(), t.data<int64_t>());
+  return t;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+}
+
+// ---- elementwise ----
+
+TEST(LayerNorm, MatchesF64TwoPassAndRunsInPlace) {
+  std::mt19937 rng(1);
+  ThreadPool pool(2);
+  for (int64_t c : {1, 3, 17, 256, 257}) {
+    for (float mean_shift : {0.0f, 1000.0f}) {
+      const int64_t m = 37;
+      Tensor x = random_tensor({m, c}, rng, mean_shift - 2.0f, mean_shift + 2.0f);
+      const Tensor g = random_tensor({c}, rng, 0.5f, 1.5f), b = random_tensor({c}, rng);
+      Tensor y = Tensor::empty({m, c}, DType::kF32);
+      layer_norm(x, g, b, 1e-5f, y, &pool);
+      double err = 0;
+      for (int64_t r = 0; r < m; ++r) {
+        const float* xr = x.data<float>() + r * c;
+        double mean = 0, var = 0;
+        for (int64_t k = 0; k < c; ++k) mean += xr[k];
+        mean /= static_cast<double>(c);
+        for (int64_t k = 0; k < c; ++k) var += (xr[k] - mean) * (xr[k] - mean);
+        var /= static_cast<double>(c);
+        for (int64_t k = 0; k < c; ++k) {
+          const double want = (xr[k] - mean) / std::sqrt(var + 1e-5) * g.data<float>()[k] + b.data<float>()[k];
+          err = std::max(err, std::fabs(want - y.data<float>()[r * c + k]));
+        }
+      }
+      // A mean of 1000 costs ~1000 * 2^-24 per element in f32 already; two passes keep it there.
+      EXPECT_LE(err, mean_shift > 0 ? 2e-3 : 2e-6) << "C " << c << " mean " << mean_shift;
+      std::printf("    layer_norm C=%lld mean %g: max |err| %.3g\n", static_cast<long long>(c), mean_shift, err);
+      layer_norm(x, g, b, 1e-5f, x, nullptr);  // in place, no pool: same bits
+      EXPECT_TRUE(same_bits(x, y));
+    }
+  }
+}
+
+TEST(Softmax, MatchesF64AndHandlesInfAndNaN) {
+  std::mt19937 rng(2);
+  ThreadPool pool(2);
+  for (int64_t c : {1, 4, 8, 17, 32, 900}) {
+    const int64_t m = 23;
+    Tensor x = random_tensor({m, c}, rng, -30.0f, 30.0f);
+    x.data<float>()[c - 1] = 1e4f;  // a huge logit: exp without the max shift would overflow
+    if (c > 2) x.data<float>()[c + 1] = -kInf;
+    Tensor y = Tensor::empty({m, c}, DType::kF32);
+    softmax(x, y, &pool);
+    double err = 0;
+    for (int64_t r = 0; r < m; ++r) {
+      const float* xr = x.data<float>() + r * c;
+      const double mx = *std::max_element(xr, xr + c);
+      double sum = 0;
+      for (int64_t k = 0; k < c; ++k) sum += std::exp(static_cast<double>(xr[k]) - mx);
+      for (int64_t k = 0; k < c; ++k) {
+        err = std::max(err, std::fabs(std::exp(static_cast<double>(xr[k]) - mx) / sum - y.data<float>()[r * c + k]));
+      }
+    }
+    EXPECT_LE(err, 1e-6) << "C " << c;
+    softmax(x, x);
+    EXPECT_TRUE(same_bits(x, y));
+  }
+  // Relative accuracy of tiny probabilities: one row spanning e^0 .. e^-87 (normal floats).
+  std::vector<float> wide(40);
+  for (size_t i = 0; i < wide.size(); ++i) wide[i] = -static_cast<float>(i) * 2.23f;
+  const Tensor w = Tensor::from_floats({1, 40}, wide);
+  Tensor wy = Tensor::empty({1, 40}, DType::kF32);
+  softmax(w, wy);
+  double sum = 0, rel = 0;
+  for (float v : wide) sum += std::exp(static_cast<double>(v));
+  for (size_t i = 0; i < wide.size(); ++i) {
+    const double want = std::exp(static_cast<double>(wide[i])) / sum;
+    rel = std::max(rel, std::fabs(wy.data<float>()[i] - want) / want);
+  }
+  std::printf("    softmax max relative error down to 1e-38: %.3g\n", rel);
+  EXPECT_LE(rel, 1e-6);
+  Tensor x = Tensor::from_floats({3, 3}, std::vector<float>{-kInf, -kInf, -kInf, 1.0f, kNaN, 2.0f, 0.0f, kInf, 1.0f});
+  Tensor y = Tensor::empty({3, 3}, DType::kF32);
+  softmax(x, y);
+  for (int k = 0; k < 6; ++k) EXPECT_TRUE(std::isnan(y.data<float>()[k])) << k;  // all -inf, and NaN rows
+  EXPECT_TRUE(std::isnan(y.data<float>()[7]));  // +inf - +inf, as PyTorch
+}
+
+TEST(Elementwise, ReluSigmoidAddAddRows) {
+  std::mt19937 rng(3);
+  ThreadPool pool(2);
+  const int64_t m = 301, c = 67;  // > one 16K chunk, odd width
+  Tensor a = random_tensor({m, c}, rng, -8.0f, 8.0f), b = random_tensor({m, c}, rng, -8.0f, 8.0f);
+  const Tensor row = random_tensor({c}, rng);
+  a.data<float>()[5] = kNaN;
+  a.data<float>()[6] = 100.0f;
+  a.data<float>()[7] = -100.0f;
+  Tensor y = Tensor::empty({m, c}, DType::kF32);
+  relu(a, y, &pool);
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const float v = a.data<float>()[i];
+    if (std::isnan(v)) {
+      EXPECT_TRUE(std::isnan(y.data<float>()[i]));
+    } else {
+      ASSERT_EQ(y.data<float>()[i], v > 0 ? v : 0.0f);
+    }
+  }
+  sigmoid(a, y, &pool);
+  double err = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    if (i == 5) continue;
+    const double want = 1.0 / (1.0 + std::exp(-static_cast<double>(a.data<float>()[i])));
+    err = std::max(err, std::fabs(want - y.data<float>()[i]));
+  }
+  EXPECT_LE(err, 1e-7);
+  EXPECT_TRUE(std::isnan(y.data<float>()[5]));
+  EXPECT_EQ(y.data<float>()[6], 1.0f);
+  EXPECT_EQ(y.data<float>()[7], 0.0f);
+  add(a, b, y, &pool);
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    if (i != 5) {
+      ASSERT_EQ(y.data<float>()[i], a.data<float>()[i] + b.data<float>()[i]);
+    }
+  }
+  add_rows(b, row, y, &pool);
+  for (int64_t i = 0; i < b.numel(); ++i) ASSERT_EQ(y.data<float>()[i], b.data<float>()[i] + row.data<float>()[i % c]);
+  add_rows(b, row, b);  // in place
+  EXPECT_TRUE(same_bits(b, y));
+  Tensor wrong = Tensor::empty({m, c + 1}, DType::kF32);
+  EXPECT_THROW(add(a, b, wrong), Error);
+  EXPECT_THROW(add_rows(a, row, wrong), Error);
+  const Tensor overlap = a.reshape({m * c}).slice(0, 1, m * c);  // shifted by one element
+  Tensor shifted_y = a.reshape({m * c}).slice(0, 0, m * c - 1);
+  EXPECT_THROW(relu(overlap, shifted_y), Error);
+}
+
+TEST(InverseSigmoid, UpstreamClampsAtTheEdges) {
+  const float eps = 1e-5f;
+  const std::vector<float> xs = {0.0f, 1.0f, eps, eps / 2, 1.0f - eps, 0.5f, -0.3f, -kInf, 1.7f, kInf, 0.25f,
+                                 0.999f, kNaN};
+  const Tensor x = Tensor::from_floats({static_cast<int64_t>(xs.size())}, xs);
+  Tensor y = Tensor::empty(x.shape(), DType::kF32);
+  inverse_sigmoid(x, eps, y);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const float v = xs[i];
+    if (std::isnan(v)) {
+      EXPECT_TRUE(std::isnan(y.data<float>()[i]));
+      continue;
+    }
+    // Upstream in f32: clamp to [0, 1], then each side to >= eps, then log of the ratio.
+    const float c = std::min(std::max(v, 0.0f), 1.0f);
+    const double want = std::log(static_cast<double>(std::max(c, eps)) / static_cast<double>(std::max(1.0f - c, eps)));
+    EXPECT_NEAR(y.data<float>()[i], want, 2e-6 * std::max(1.0, std::fabs(want))) << "x = " << v;
+  }
+  EXPECT_NEAR(y.data<float>()[0], -11.512925, 1e-5);  // log(1e-5)
+  EXPECT_NEAR(y.data<float>()[1], 11.512925, 1e-5);
+  EXPECT_EQ(y.data<float>()[0], y.data<float>()[6]);   // negatives clamp to 0
+  EXPECT_EQ(y.data<float>()[1], y.data<float>()[8]);   // > 1 clamps to 1
+  EXPECT_EQ(y.data<float>()[5], 0.0f);
+  // Round trip through sigmoid inside the clamp range.
+  std::mt19937 rng(4);
+  const Tensor p = random_tensor({1000}, rng, 0.01f, 0.99f);
+  Tensor l = Tensor::empty({1000}, DType::kF32), back = Tensor::empty({1000}, DType::kF32);
+  inverse_sigmoid(p, 1e-5f, l);
+  sigmoid(l, back);
+  for (int64_t i = 0; i < 1000; ++i) ASSERT_NEAR(back.data<float>()[i], p.data<float>()[i], 1e-6);
+}
+
+// ---- pool / resize ----
+
+TEST(MaxPool, MatchesPaddedLoops) {
+  std::mt19937 rng(5);
+  ThreadPool pool(2);
+  for (int64_t h : {1, 2, 3, 7, 8}) {
+    for (int64_t w : {1, 4, 5}) {
+      for (int64_t c : {1, 3, 17}) {
+        // All negative, so a 0 padding would show.
+        const Tensor x = random_tensor({2, h, w, c}, rng, -5.0f, -1.0f);
+        const Shape ys = max_pool2d_3x3_s2_p1_shape(x.shape());
+        ASSERT_EQ(ys, (Shape{2, (h - 1) / 2 + 1, (w - 1) / 2 + 1, c}));
+        Tensor y = Tensor::empty(ys, DType::kF32);
+        max_pool2d_3x3_s2_p1(x, y, &pool);
+        for (int64_t n = 0; n < 2; ++n) {
+          for (int64_t oy = 0; oy < ys[1]; ++oy) {
+            for (int64_t ox = 0; ox < ys[2]; ++ox) {
+              for (int64_t ch = 0; ch < c; ++ch) {
+                float m = -kInf;
+                for (int64_t i = 0; i < 3; ++i) {
+                  for (int64_t j = 0; j < 3; ++j) {
+                    const int64_t sy = oy * 2 - 1 + i, sx = ox * 2 - 1 + j;
+                    if (sy < 0 || sy >= h || sx < 0 || sx >= w) continue;
+                    m = std::max(m, x.data<float>()[((n * h + sy) * w + sx) * c + ch]);
+                  }
+                }
+                ASSERT_EQ(m, y.data<float>()[((n * ys[1] + oy) * ys[2] + ox) * c + ch]) << h << "x" << w << "x" << c;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  Tensor x = Tensor::from_floats({1, 3, 3, 1}, std::vector<float>{1, 2, 3, 4, kNaN, 6, 7, 8, 9});
+  Tensor y = Tensor::empty({1, 2, 2, 1}, DType::kF32);
+  max_pool2d_3x3_s2_p1(x, y);
+  for (int k = 0; k < 4; ++k) EXPECT_TRUE(std::isnan(y.data<float>()[k]));  // every window holds the NaN
+  Tensor wrong = Tensor::empty({1, 3, 3, 1}, DType::kF32);
+  EXPECT_THROW(max_pool2d_3x3_s2_p1(x, wrong), Error);
+}
+
+TEST(UpsampleNearest2xAdd, PyTorchNearestAtOddAndDoubleSizes) {
+  std::mt19937 rng(6);
+  ThreadPool pool(2);
+  struct Sizes { int64_t h, w, H, W; };
+  for (const Sizes s : {Sizes{1, 1, 1, 1}, Sizes{1, 1, 3, 5}, Sizes{2, 3, 4, 6}, Sizes{15, 25, 29, 50},
+                        Sizes{29, 50, 58, 100}, Sizes{3, 5, 7, 9}, Sizes{7, 3, 5, 2}}) {
+    const int64_t c = 19;
+    const Tensor coarse = random_tensor({2, s.h, s.w, c}, rng);
+    Tensor fine = random_tensor({2, s.H, s.W, c}, rng);
+    const Tensor before = fine.clone();
+    upsample_nearest2x_add(coarse, fine, &pool);
+    // PyTorch 1.9 nearest_idx: 1x and 2x shortcuts, else min(floor(dst * (float)in / out), in - 1) in f32.
+    const auto src = [](int64_t d, int64_t in, int64_t out) -> int64_t {
+      if (in == out) return d;
+      if (out == 2 * in) return d / 2;
+      const float scale = static_cast<float>(in) / static_cast<float>(out);
+      return std::min<int64_t>(static_cast<int64_t>(std::floor(static_cast<float>(d) * scale)), in - 1);
+    };
+    for (int64_t n = 0; n < 2; ++n) {
+      for (int64_t y = 0; y < s.H; ++y) {
+        for (int64_t x = 0; x < s.W; ++x) {
+          for (int64_t ch = 0; ch < c; ++ch) {
+            const int64_t fi = ((n * s.H + y) * s.W + x) * c + ch;
+            const int64_t ci = ((n * s.h + src(y, s.h, s.H)) * s.w + src(x, s.w, s.W)) * c + ch;
+            ASSERT_EQ(fine.data<float>()[fi], before.data<float>()[fi] + coarse.data<float>()[ci]);
+          }
+        }
+      }
+    }
+  }
+  // For BEVFormer's exact 2x levels the index is dst / 2.
+  for (int64_t d = 0; d < 200; ++d) ASSERT_EQ(nearest_source_index(d, 100, 200), d / 2);
+  const Tensor coarse = random_tensor({1, 2, 2, 3}, rng);
+  Tensor fine = random_tensor({1, 4, 4, 4}, rng);
+  EXPECT_THROW(upsample_nearest2x_add(coarse, fine), Error);
+}
+
+// ---- select ----
+
+TEST(Topk, DescendingStableOnTiesNaNLast) {
+  std::mt19937 rng(7);
+  const int64_t n = 9000;  // the decoder's 900 x 10 scores, with heavy ties
+  Tensor s = Tensor::empty({n}, DType::kF32);
+  std::uniform_int_distribution<int> pick(0, 5);
+  const float levels[] = {0.1f, 0.2f, 0.3f, 0.7f, -0.0f, 0.0f};
+  for (int64_t i = 0; i < n; ++i) s.data<float>()[i] = levels[pick(rng)];
+  s.data<float>()[17] = kNaN;
+  s.data<float>()[18] = -kInf;
+  s.data<float>()[8000] = kInf;
+  for (int64_t k : {int64_t{0}, int64_t{1}, int64_t{300}, int64_t{8999}, n}) {
+    Tensor v = Tensor::empty({k}, DType::kF32), idx = Tensor::empty({k}, DType::kI64);
+    topk(s, k, v, idx);
+    std::vector<int64_t> want(static_cast<size_t>(n));
+    std::iota(want.begin(), want.end(), int64_t{0});
+    const float* sp = s.data<float>();
+    std::stable_sort(want.begin(), want.end(), [&](int64_t a, int64_t b) {
+      if (std::isnan(sp[a]) || std::isnan(sp[b])) return !std::isnan(sp[a]) && std::isnan(sp[b]);
+      return sp[a] > sp[b];
+    });
+    for (int64_t i = 0; i < k; ++i) {
+      ASSERT_EQ(idx.data<int64_t>()[i], want[static_cast<size_t>(i)]) << "k " << k << " rank " << i;
+      const int64_t wi = want[static_cast<size_t>(i)];
+      ASSERT_TRUE(same_bits(v.slice(0, i, i + 1), s.slice(0, wi, wi + 1)));
+    }
+    if (k == n) {
+      EXPECT_EQ(idx.data<int64_t>()[n - 1], 17);  // NaN is last
+    }
+  }
+  Tensor v = Tensor::empty({n + 1}, DType::kF32), idx = Tensor::empty({n + 1}, DType::kI64);
+  EXPECT_THROW(topk(s, n + 1, v, idx), Error);
+}
+
+TEST(GatherScatter, RowsWithDuplicatesAndBoundsChecks) {
+  std::mt19937 rng(8);
+  const int64_t N = 13, C = 37, M = 29;
+  const Tensor src = random_tensor({N, C}, rng);
+  std::vector<int64_t> iv(static_cast<size_t>(M));
+  std::uniform_int_distribution<int64_t> pick(0, N - 1);
+  for (auto& e : iv) e = pick(rng);
+  iv[3] = iv[4] = N - 1;  // duplicates
+  const Tensor idx = i64_tensor(iv);
+  Tensor dst = Tensor::empty({M, C}, DType::kF32);
+  gather_rows(src, idx, dst);
+  for (int64_t m = 0; m < M; ++m) {
+    ASSERT_EQ(0, std::memcmp(dst.data<float>() + m * C, src.data<float>() + iv[static_cast<size_t>(m)] * C, C * 4));
+  }
+  // Any dtype: i64 rows.
+  Tensor src64 = Tensor::empty({N, 3}, DType::kI64), dst64 = Tensor::empty({M, 3}, DType::kI64);
+  for (int64_t i = 0; i < N * 3; ++i) src64.data<int64_t>()[i] = i * 1000003;
+  gather_rows(src64, idx, dst64);
+  for (int64_t m = 0; m < M; ++m) {
+    ASSERT_EQ(dst64.data<int64_t>()[m * 3 + 2], (iv[static_cast<size_t>(m)] * 3 + 2) * 1000003);
+  }
+
+  Tensor acc = random_tensor({N, C}, rng);
+  const Tensor upd = random_tensor({M, C}, rng);
+  std::vector<float> wantf(acc.data<float>(), acc.data<float>() + N * C);
+  for (int64_t m = 0; m < M; ++m) {
+    const int64_t row = iv[static_cast<size_t>(m)];
+    for (int64_t c = 0; c < C; ++c) wantf[static_cast<size_t>(row * C + c)] += upd.data<float>()[m * C + c];
+  }
+  scatter_add_rows(upd, idx, acc);
+  ASSERT_EQ(0, std::memcmp(acc.data<float>(), wantf.data(), wantf.size() * 4));  // same order, same bits
+
+  std::vector<int64_t> bad_iv = iv;
+  bad_iv[M - 1] = N;
+  const Tensor before = dst.clone();
+  EXPECT_THROW(gather_rows(src, i64_tensor(bad_iv), dst), Error);
+  EXPECT_TRUE(same_bits(dst, before));  // nothing written
+  bad_iv[M - 1] = -1;
+  EXPECT_THROW(scatter_add_rows(upd, i64_tensor(bad_iv), acc), Error);
+  Tensor wrong = Tensor::empty({M, C + 1}, DType::kF32);
+  EXPECT_THROW(gather_rows(src, idx, wrong), Error);
+}
+
+TEST(Concat, AnyAxisAndDtype) {
+  std::mt19937 rng(9);
+  const Tensor a = random_tensor({2, 3, 5}, rng), b = random_tensor({2, 1, 5}, rng), c = random_tensor({2, 4, 5}, rng);
+  const std::vector<Tensor> parts = {a, b, c};
+  Tensor y = Tensor::empty({2, 8, 5}, DType::kF32);
+  concat(parts, 1, y);
+  for (int64_t n = 0; n < 2; ++n) {
+    for (int64_t j = 0; j < 8; ++j) {
+      const Tensor& src = j < 3 ? a : j < 4 ? b : c;
+      const int64_t jj = j < 3 ? j : j < 4 ? j - 3 : j - 4;
+      for (int64_t k = 0; k < 5; ++k) {
+        ASSERT_EQ(y.data<float>()[(n * 8 + j) * 5 + k], src.data<float>()[(n * src.size(1) + jj) * 5 + k]);
+      }
+    }
+  }
+  const Tensor p = random_tensor({3, 2}, rng), q = random_tensor({3, 7}, rng);
+  const std::vector<Tensor> last = {p, q};
+  Tensor z = Tensor::empty({3, 9}, DType::kF32);
+  concat(last, -1, z);
+  for (int64_t r = 0; r < 3; ++r) {
+    for (int64_t k = 0; k < 9; ++k) {
+      ASSERT_EQ(z.data<float>()[r * 9 + k], k < 2 ? p.data<float>()[r * 2 + k] : q.data<float>()[r * 7 + k - 2]);
+    }
+  }
+  const std::vector<Tensor> rows = {i64_tensor({1, 2}), i64_tensor({3}), i64_tensor({4, 5, 6})};
+  Tensor r = Tensor::empty({6}, DType::kI64);
+  concat(rows, 0, r);
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(r.data<int64_t>()[i], i + 1);
+  const std::vector<Tensor> mismatched = {a, random_tensor({2, 1, 4}, rng)};
+  Tensor m = Tensor::empty({2, 4, 5}, DType::kF32);
+  EXPECT_THROW(concat(mismatched, 1, m), Error);
+  EXPECT_THROW(concat(parts, 3, y), Error);
+}
+
+// Element i of `view` through its strides, for any rank.
+template <typename T>
+T at_index(const Tensor& view, int64_t flat) {
+  int64_t off = 0;
+  for (int64_t d = view.dim(); d-- > 0;) {
+    off += (flat % view.size(d)) * view.strides()[static_cast<size_t>(d)];
+    flat /= view.size(d);
+  }
+  return static_cast<const T*>(view.storage()->data())[view.offset() + off];
+}
+
+TEST(PermuteCopy, NhwcNchwAndRandomPermutations) {
+  std::mt19937 rng(10);
+  const auto check = [](const Tensor& view) {
+    Tensor out = Tensor::empty(view.shape(), view.dtype());
+    permute_copy(view, out);
+    for (int64_t i = 0; i < view.numel(); ++i) {
+      if (view.dtype() == DType::kF32) {
+        ASSERT_EQ(out.data<float>()[i], at_index<float>(view, i)) << view.describe() << " @" << i;
+      } else {
+        ASSERT_EQ(out.data<uint8_t>()[i], at_index<uint8_t>(view, i)) << view.describe() << " @" << i;
+      }
+    }
+  };
+  const Tensor nhwc = random_tensor({2, 37, 41, 19}, rng);
+  check(nhwc.permute({0, 3, 1, 2}));                 // NHWC -> NCHW (blocked path)
+  check(nhwc.permute({0, 3, 1, 2}).contiguous().permute({0, 2, 3, 1}));  // and back
+  check(nhwc.slice(2, 3, 40).slice(3, 1, 18));       // a sub-box: row memcpy path
+  check(nhwc.slice(3, 5, 6).permute({3, 0, 2, 1}));  // no unit-stride dim left
+  check(nhwc.select(0, 1));
+  const Tensor five = random_tensor({3, 1, 4, 5, 6}, rng);
+  std::vector<int64_t> order = {0, 1, 2, 3, 4};
+  for (int t = 0; t < 12; ++t) {
+    std::shuffle(order.begin(), order.end(), rng);
+    check(five.permute(order));
+  }
+  Tensor bytes = Tensor::empty({5, 7, 3}, DType::kU8);
+  for (int64_t i = 0; i < bytes.numel(); ++i) bytes.data<uint8_t>()[i] = static_cast<uint8_t>(i * 7);
+  check(bytes.permute({2, 0, 1}));
+  Tensor wrong = Tensor::empty({2, 19, 37, 40}, DType::kF32);
+  EXPECT_THROW(permute_copy(nhwc.permute({0, 3, 1, 2}), wrong), Error);
+  Tensor self = nhwc.clone();
+  Tensor self_view = self.permute({0, 1, 2, 3});
+  EXPECT_THROW(permute_copy(self_view, self), Error);  // overlapping src and dst
+}
+
+}  // namespace
+}  // namespace bev::cpu

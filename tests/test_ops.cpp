@@ -1,0 +1,137 @@
+// The op interface: every op runs eagerly and recorded, and a recorded sequence replays on new
+// inputs (written in place) bit-identically to running those inputs eagerly.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "backend/ops.h"
+
+namespace bev {
+namespace {
+
+Tensor random(const Shape& s, uint32_t seed, float scale = 1.0f) {
+  Tensor t = Tensor::empty(s, DType::kF32);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng);
+  return t;
+}
+
+Tensor index_tensor(std::vector<int64_t> v) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kI64);
+  std::memcpy(t.raw_data(), v.data(), v.size() * 8);
+  return t;
+}
+
+// A small stand-in for a model stage that touches every op kind.
+struct MiniStage {
+  PreparedWeights conv_a, conv_b, conv_offset, dcn, fc1, fc2, fc3;
+  Tensor gamma, beta, row, idx;
+
+  explicit MiniStage(Ops& ops) {
+    conv_a = ops.prepare_conv2d(random({6, 5, 3, 3}, 1, 0.3f), nullptr, {.stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1, .relu = true});
+    Conv2dAttrs res{};
+    res.residual = true;
+    res.relu = true;
+    conv_b = ops.prepare_conv2d(random({6, 6, 1, 1}, 2, 0.3f), nullptr, res);
+    Tensor ob = random({27}, 4, 0.1f);
+    conv_offset = ops.prepare_conv2d(random({27, 6, 3, 3}, 3, 0.05f), &ob, {.pad_h = 1, .pad_w = 1});
+    dcn = ops.prepare_deform_conv2d(random({7, 6, 3, 3}, 5, 0.2f), nullptr, {});
+    Tensor b1 = random({16}, 7);
+    fc1 = ops.prepare_linear(random({16, 7}, 6, 0.3f), &b1, {.relu = true});
+    fc2 = ops.prepare_linear(random({8, 16}, 8, 0.3f), nullptr, {});
+    fc3 = ops.prepare_linear(random({4, 16}, 12, 0.3f), nullptr, {});
+    gamma = random({8}, 9);
+    beta = random({8}, 10);
+    row = random({8}, 11);
+    idx = index_tensor({3, 0, 5, 1});
+  }
+
+  Tensor run(Ops& ops, const Tensor& image /*[2, 9, 11, 5] NHWC*/) {
+    Tensor a = ops.conv2d(image, conv_a, nullptr, "conv_a");           // [2, 9, 11, 6]
+    Tensor b = ops.conv2d(a, conv_b, &a, "conv_b");                    // residual
+    Tensor p = ops.max_pool2d(b, "pool");                              // [2, 5, 6, 6]
+    Tensor f = ops.upsample_nearest_add(p, ops.relu(b), "top_down");   // fine += up(coarse)
+    Tensor om = ops.conv2d(f, conv_offset, nullptr, "offset");         // [2, 9, 11, 27]
+    Tensor d = ops.deform_conv2d(f, om, dcn, "dcn");                   // [2, 9, 11, 7]
+    Tensor tokens = d.reshape({2 * 9 * 11, 7});
+    Tensor h = ops.linear(tokens, fc1, "fc1");
+    Tensor q = ops.linear(h, fc2, "fc2");                              // [198, 8]
+    Tensor n = ops.layer_norm(q, gamma, beta, 1e-5f, "norm");
+    Tensor s = ops.softmax(ops.add_rows(n, row), "softmax");
+    Tensor sig = ops.sigmoid(s);
+    Tensor inv = ops.inverse_sigmoid(sig);
+    Tensor sum = ops.add(inv, n);
+    // Attention over the tokens: value [1, 198, 2, 4], 1 level of 18 x 11.
+    Tensor value = sum.reshape({1, 198, 2, 4});
+    // Every value below comes from an op: anything computed outside Ops would not replay.
+    Tensor loc = ops.sigmoid(ops.linear(h, fc2).reshape({1, 198, 2, 1, 2, 2}));
+    Tensor w = ops.softmax(ops.linear(h, fc3).reshape({1, 198, 2, 1, 2}));
+    MsdaAttrs ma;
+    ma.spatial_shapes = {{18, 11}};
+    ma.level_start = {0};
+    Tensor att = ops.msda(value, loc, w, ma, "msda");                  // [1, 198, 8]
+    Tensor att2 = att.reshape({198, 8});
+    Tensor heads = ops.batched_matmul(ops.permute(att.reshape({198, 2, 4}), {1, 0, 2}),
+                                      ops.permute(att.reshape({198, 2, 4}), {1, 0, 2}), {.transpose_b = true, .scale = 0.5f});
+    Tensor g = ops.gather_rows(att2, idx, "gather");
+    Tensor acc = ops.scatter_add_rows(g, idx, ops.relu(att2), "scatter");
+    Tensor cat = ops.concat({acc, att2}, 0, "concat");
+    auto [top, top_idx] = ops.topk(cat.reshape({-1}), 10, "topk");
+    return ops.concat({top, heads.reshape({-1}).slice(0, 0, 5).contiguous()}, 0);
+  }
+};
+
+bool identical(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+}
+
+TEST(Ops, EveryOpHasANameAndTheStageUsesThemAll) {
+  auto backend = make_cpu_backend(2, Precision::kF32);
+  Ops ops(*backend, Ops::Mode::kRecord);
+  MiniStage stage(ops);
+  stage.run(ops, random({2, 9, 11, 5}, 20));
+  std::set<OpKind> used;
+  for (const OpNode& n : ops.nodes()) used.insert(n.kind);
+  for (OpKind k : kAllOps) {
+    EXPECT_NE(std::string(op_name(k)), "");
+    EXPECT_TRUE(used.count(k)) << op_name(k) << " is not exercised by the replay test";
+  }
+}
+
+TEST(Ops, ReplayOnNewInputsEqualsEager) {
+  auto backend = make_cpu_backend(2, Precision::kF32);
+  Ops rec(*backend, Ops::Mode::kRecord);
+  MiniStage stage(rec);
+  Tensor input = random({2, 9, 11, 5}, 30);
+  Tensor out = stage.run(rec, input);
+  // A new frame: write new pixels into the recorded input buffer, replay the recorded nodes.
+  const Tensor next = random({2, 9, 11, 5}, 31);
+  std::memcpy(input.raw_data(), next.raw_data(), next.nbytes());
+  rec.replay();
+  Ops eager(*backend, Ops::Mode::kEager);
+  const Tensor expect = stage.run(eager, next);
+  EXPECT_TRUE(identical(out, expect));
+  EXPECT_TRUE(eager.nodes().empty());
+}
+
+TEST(Ops, ShapeErrorsNameTheOpAndExpectation) {
+  auto backend = make_cpu_backend(1, Precision::kF32);
+  Ops ops(*backend);
+  const PreparedWeights fc = ops.prepare_linear(random({4, 3}, 1), nullptr, {});
+  try {
+    ops.linear(random({5, 2}, 2), fc, "enc0.ffn");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("linear 'enc0.ffn'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[..., 3]"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ops.add(random({2, 3}, 1), random({3, 2}, 2)), Error);
+  EXPECT_THROW(ops.relu(random({3, 4}, 1).permute({1, 0})), Error);  // strided views are refused
+  EXPECT_THROW(ops.topk(random({5}, 1), 6), Error);
+}
+
+}  // namespace
+}  // namespace bev
