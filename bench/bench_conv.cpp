@@ -1,0 +1,163 @@
+// cpu::Conv2d at BEVFormer's image-stage shapes, f32 and bf16:
+//   tiny: ResNet-50, pytorch style (stride on the 3x3), 6 cameras x 3 x 480 x 800
+//   base: ResNet-101, caffe style (stride on the first 1x1), 6 cameras x 3 x 928 x 1600
+// Per stage: block 0's strided conv and downsample, then a repeated block's 1x1 reduce, 3x3 and
+// 1x1 expand (+ residual + ReLU, the residual added in place: y holds the identity, as a planned
+// ResNet does it); for tiny, also the expand with a separate residual tensor. Plus the stem, the
+// FPN convs and, for base, the DCN offset convs (plain 3x3 convs with 27 outputs).
+//
+//   bench_conv --benchmark_repetitions=3 --benchmark_min_time=0.2 [--benchmark_filter=tiny]
+//
+// Counters: GFLOP/s; pct_peak, the percentage of the peak of the row's own precision, and
+// pct_f32_peak, of the f32 peak (the goal is stated against it); both peaks are measured
+// in this process (a 2048^3 matmul), so a loaded machine lowers rates and peaks alike.
+// BEV_THREADS=n sizes oneDNN's pool (default: all cores).
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/conv2d.h"
+#include "backend/cpu/onednn.h"
+
+namespace {
+
+using bev::DType;
+using bev::Shape;
+using bev::Tensor;
+using bev::cpu::Precision;
+
+Tensor filled(const Shape& shape, uint32_t seed) {
+  Tensor t = Tensor::empty(shape, DType::kF32);
+  float* p = t.data<float>();
+  uint32_t s = seed * 2654435761u + 1;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    s = s * 1664525u + 1013904223u;
+    p[i] = static_cast<float>(s >> 8) * (2.0f / 16777216.0f) - 1.0f;
+  }
+  return t;
+}
+
+double peak(Precision p) {
+  static const double f32 = bev::cpu::measure_peak_gflops(Precision::kF32);
+  static const double bf16 = bev::cpu::measure_peak_gflops(Precision::kBF16);
+  return p == Precision::kF32 ? f32 : bf16;
+}
+
+enum class Residual { kNone, kInPlace, kSeparate };
+
+struct ConvCase {
+  std::string name;
+  int64_t n, h, w, c;  // input NHWC
+  int64_t o, k;
+  int stride, pad;
+  bool relu;
+  Residual residual;
+};
+
+void bm_conv(benchmark::State& state, const ConvCase& cc, Precision p) {
+  bev::cpu::Conv2dAttrs a;
+  a.stride_h = a.stride_w = cc.stride;
+  a.pad_h = a.pad_w = cc.pad;
+  a.relu = cc.relu;
+  a.residual = cc.residual != Residual::kNone;
+  const Tensor w = filled({cc.o, cc.c, cc.k, cc.k}, 1);
+  const Tensor b = filled({cc.o}, 2);
+  const bev::cpu::Conv2d conv(w, &b, a, p);
+  const Tensor x = filled({cc.n, cc.h, cc.w, cc.c}, 3);
+  const Shape out = conv.output_shape(x.shape());
+  Tensor y = filled(out, 4);
+  const Tensor res = cc.residual == Residual::kSeparate ? filled(out, 5) : Tensor();
+  const Tensor* r = cc.residual == Residual::kSeparate ? &res : cc.residual == Residual::kInPlace ? &y : nullptr;
+  conv.run(x, r, y);  // creates the plan for this shape
+  state.SetLabel(conv.impl_name(x.shape()));
+  for (auto _ : state) {
+    conv.run(x, r, y);
+    benchmark::DoNotOptimize(y.raw_data());
+  }
+  const double gflop = conv.flops(x.shape()) * 1e-9;
+  state.counters["GFLOP/s"] = benchmark::Counter(gflop, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["pct_peak"] =
+      benchmark::Counter(gflop / peak(p) * 100.0, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["pct_f32_peak"] =
+      benchmark::Counter(gflop / peak(Precision::kF32) * 100.0, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// ResNet bottleneck stages (planes 64, 128, 256, 512; expansion 4) on an image of ih x iw.
+std::vector<ConvCase> resnet_cases(const std::string& model, int64_t ih, int64_t iw, bool caffe, bool dcn_offsets) {
+  const int64_t n = 6;
+  std::vector<ConvCase> cases;
+  cases.push_back({model + "/stem_7x7_s2", n, ih, iw, 3, 64, 7, 2, 3, true, Residual::kNone});
+  int64_t h = ih / 4, w = iw / 4;  // after the stem and the 3x3/2 max pool
+  int64_t in_c = 64;
+  for (int stage = 0; stage < 4; ++stage) {
+    const int64_t planes = 64LL << stage;
+    const int s = stage == 0 ? 1 : 2;
+    const int64_t ho = (h - 1) / s + 1, wo = (w - 1) / s + 1;
+    const std::string pre = model + "/layer" + std::to_string(stage + 1) + "/";
+    if (s == 2) {
+      if (caffe) {
+        cases.push_back({pre + "b0_reduce_1x1_s2", n, h, w, in_c, planes, 1, 2, 0, true, Residual::kNone});
+      } else {
+        cases.push_back({pre + "b0_3x3_s2", n, h, w, planes, planes, 3, 2, 1, true, Residual::kNone});
+      }
+    }
+    cases.push_back({pre + "downsample_1x1_s" + std::to_string(s), n, h, w, in_c, 4 * planes, 1, s, 0, false,
+                     Residual::kNone});
+    cases.push_back({pre + "reduce_1x1", n, ho, wo, 4 * planes, planes, 1, 1, 0, true, Residual::kNone});
+    cases.push_back({pre + "3x3", n, ho, wo, planes, planes, 3, 1, 1, true, Residual::kNone});
+    cases.push_back({pre + "expand_1x1_res_inplace", n, ho, wo, planes, 4 * planes, 1, 1, 0, true, Residual::kInPlace});
+    if (!caffe) {
+      cases.push_back({pre + "expand_1x1_res_separate", n, ho, wo, planes, 4 * planes, 1, 1, 0, true,
+                       Residual::kSeparate});
+    }
+    if (dcn_offsets && stage >= 2) {
+      cases.push_back({pre + "dcn_offset_3x3_27", n, ho, wo, planes, 27, 3, 1, 1, false, Residual::kNone});
+    }
+    h = ho;
+    w = wo;
+    in_c = 4 * planes;
+  }
+  return cases;
+}
+
+std::vector<ConvCase> all_cases() {
+  std::vector<ConvCase> cases = resnet_cases("tiny_r50", 480, 800, false, false);
+  // tiny FPN: C5 (2048 @ 15x25) -> lateral 1x1 -> 3x3.
+  cases.push_back({"tiny_r50/fpn_lateral_1x1", 6, 15, 25, 2048, 256, 1, 1, 0, false, Residual::kNone});
+  cases.push_back({"tiny_r50/fpn_out_3x3", 6, 15, 25, 256, 256, 3, 1, 1, false, Residual::kNone});
+  std::vector<ConvCase> base = resnet_cases("base_r101", 928, 1600, true, true);
+  cases.insert(cases.end(), base.begin(), base.end());
+  // base FPN: C3, C4, C5 laterals, 3x3 outputs and the extra stride-2 level.
+  const int64_t hs[] = {116, 58, 29}, ws[] = {200, 100, 50}, cs[] = {512, 1024, 2048};
+  for (int l = 0; l < 3; ++l) {
+    const std::string lvl = std::to_string(l + 3);
+    cases.push_back({"base_r101/fpn_lateral_1x1_C" + lvl, 6, hs[l], ws[l], cs[l], 256, 1, 1, 0, false, Residual::kNone});
+    cases.push_back({"base_r101/fpn_out_3x3_P" + lvl, 6, hs[l], ws[l], 256, 256, 3, 1, 1, false, Residual::kNone});
+  }
+  cases.push_back({"base_r101/fpn_extra_3x3_s2_P6", 6, 29, 50, 256, 256, 3, 2, 1, false, Residual::kNone});
+  return cases;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (const char* t = std::getenv("BEV_THREADS")) bev::cpu::set_num_threads(std::atoi(t));
+  benchmark::Initialize(&argc, argv);
+  std::printf("oneDNN isa %s, %d threads; measured peak: f32 %.0f GFLOP/s, bf16 %.0f GFLOP/s\n",
+              bev::cpu::isa_name().c_str(), bev::cpu::num_threads(), peak(Precision::kF32), peak(Precision::kBF16));
+  for (const ConvCase& c : all_cases()) {
+    for (Precision p : {Precision::kF32, Precision::kBF16}) {
+      benchmark::RegisterBenchmark((c.name + (p == Precision::kF32 ? "/f32" : "/bf16")).c_str(),
+                                   [c, p](benchmark::State& s) { bm_conv(s, c, p); })
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    }
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
