@@ -117,6 +117,7 @@ TEST(Hostile, SafetensorsLiesAreNamed) {
       {R"({"__metadata__":{"k":5}})", 0, "not a string"},
       {R"([1,2,3])", 0, "not a JSON object"},
       {R"({"a":)", 0, "not valid JSON"},
+      {R"({"a":887e888888885555555555})", 0, "cannot be read"},  // found by fuzz_safetensors
       {R"({"a":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]})", 0, "nests deeper"},
   };
   for (const auto& c : cases) {

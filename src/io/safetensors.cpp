@@ -86,6 +86,8 @@ Checkpoint read_safetensors(std::shared_ptr<const ByteSource> source) {
     throw Error(ErrorKind::kInvalidInput, std::string("header is not valid JSON: ") + e.what())
         .where(src.name())
         .at_offset(8 + e.byte);
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double
+    throw Error(ErrorKind::kInvalidInput, std::string("header JSON cannot be read: ") + e.what()).where(src.name());
   }
   if (!header.is_object()) throw bad_header(src, "", "header is not a JSON object");
 

@@ -678,6 +678,8 @@ ModelConfig load_config(const std::string& preset_or_json_path) {
     throw Error(ErrorKind::kInvalidInput, std::string("not valid JSON: ") + e.what())
         .where(preset_or_json_path)
         .at_offset(e.byte);
+  } catch (const json::exception& e) {  // e.g. a number too large for a double
+    throw Error(ErrorKind::kInvalidInput, std::string("JSON cannot be read: ") + e.what()).where(preset_or_json_path);
   }
   ModelConfig cfg = config_from_json(j, preset_or_json_path);
   cfg.name = preset_or_json_path;
