@@ -7,19 +7,22 @@ seconds=$2
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+artifacts="$dir/fuzz-artifacts"  # crash reproducers outlive the run
+mkdir -p "$artifacts"
 "$dir/bin/fuzz_make_seeds" "$work/seeds"
 fail=0
 for target in fuzz_pth fuzz_safetensors fuzz_pickle; do
   mkdir -p "$work/$target"
   cp "$work/seeds/$target"/* "$work/$target/"
   if "$dir/bin/$target" "$work/$target" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
-      -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$work/" >"$work/$target.log" 2>&1; then
+      -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$artifacts/$target-" >"$work/$target.log" 2>&1; then
     echo "fuzz: $target ok: $(grep -E '^stat::number_of_executed_units' "$work/$target.log" | awk '{print $2}') runs in ${seconds} s"
   else
     echo "fuzz: $target FAILED" >&2
     tail -n 40 "$work/$target.log" >&2
-    ls "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-* 2>/dev/null | while read -r f; do
-      echo "fuzz: reproducer $(basename "$f"): $(base64 -w0 "$f" | head -c 400)" >&2
+    for f in "$artifacts/$target"-*; do
+      [ -e "$f" ] || continue
+      echo "fuzz: reproducer $f (replay: $dir/bin/$target $f); base64 head: $(base64 -w0 "$f" | head -c 400)" >&2
     done
     fail=1
   fi
