@@ -22,6 +22,7 @@
 
 #include "backend/cpu/conv2d.h"
 #include "backend/cpu/onednn.h"
+#include "bench_util.h"
 
 namespace {
 
@@ -30,22 +31,8 @@ using bev::Shape;
 using bev::Tensor;
 using bev::cpu::Precision;
 
-Tensor filled(const Shape& shape, uint32_t seed) {
-  Tensor t = Tensor::empty(shape, DType::kF32);
-  float* p = t.data<float>();
-  uint32_t s = seed * 2654435761u + 1;
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    s = s * 1664525u + 1013904223u;
-    p[i] = static_cast<float>(s >> 8) * (2.0f / 16777216.0f) - 1.0f;
-  }
-  return t;
-}
-
-double peak(Precision p) {
-  static const double f32 = bev::cpu::measure_peak_gflops(Precision::kF32);
-  static const double bf16 = bev::cpu::measure_peak_gflops(Precision::kBF16);
-  return p == Precision::kF32 ? f32 : bf16;
-}
+using bev::bench::filled;
+using bev::bench::peak;
 
 enum class Residual { kNone, kInPlace, kSeparate };
 

@@ -17,21 +17,15 @@
 
 #include <dnnl.hpp>
 
+#include "backend/cpu/kernel_check.h"
+
 namespace bev::cpu {
 namespace {
-
-[[noreturn]] void bad_tensor(const Tensor& t, const char* what, const std::string& expected) {
-  std::string got = t.defined() ? t.describe() : std::string("undefined");
-  if (t.defined() && !t.is_contiguous()) got += " (non-contiguous)";
-  throw Error(ErrorKind::kInvalidInput, std::string(what) + " is " + got)
-      .where("deform_conv2d")
-      .expected(expected);
-}
 
 void expect_f32(const Tensor& t, const char* what, const Shape& shape) {
   if (!t.defined() || t.dtype() != DType::kF32 || t.device() != Device::kCpu || t.shape() != shape ||
       !t.is_contiguous()) {
-    bad_tensor(t, what, "contiguous host f32" + shape_str(shape));
+    bad_tensor("deform_conv2d", t, what, "contiguous host f32" + shape_str(shape));
   }
 }
 
@@ -184,7 +178,7 @@ DeformConv2d::DeformConv2d(const Tensor& weight_oihw, const Tensor* bias, int st
   Impl& s = *impl_;
   if (!weight_oihw.defined() || weight_oihw.dtype() != DType::kF32 || weight_oihw.dim() != 4 ||
       weight_oihw.numel() == 0) {
-    bad_tensor(weight_oihw, "weight", "f32 [Cout, Cin, kh, kw], non-empty");
+    bad_tensor("deform_conv2d", weight_oihw, "weight", "f32 [Cout, Cin, kh, kw], non-empty");
   }
   if (stride < 1 || pad < 0 || dilation < 1) {
     throw Error(ErrorKind::kInvalidInput, "stride " + std::to_string(stride) + ", pad " + std::to_string(pad) +
@@ -212,7 +206,7 @@ DeformConv2d::DeformConv2d(const Tensor& weight_oihw, const Tensor* bias, int st
   }
   if (bias != nullptr) {
     if (!bias->defined() || bias->dtype() != DType::kF32 || bias->shape() != Shape{s.cout}) {
-      bad_tensor(*bias, "bias", "f32" + shape_str({s.cout}));
+      bad_tensor("deform_conv2d", *bias, "bias", "f32" + shape_str({s.cout}));
     }
     s.bias_1c = bias->contiguous().clone().reshape({1, s.cout});
   }
@@ -243,7 +237,7 @@ Shape DeformConv2d::output_shape(const Shape& x) const {
 
 void DeformConv2d::run(const Tensor& x, const Tensor& offset_mask, Tensor& y, ThreadPool& pool) const {
   const Impl& s = *impl_;
-  if (!x.defined()) bad_tensor(x, "input x", "f32 [N, H, W, Cin]");
+  if (!x.defined()) bad_tensor("deform_conv2d", x, "input x", "f32 [N, H, W, Cin]");
   const Shape y_shape = output_shape(x.shape());
   expect_f32(x, "input x", x.shape());
   const int64_t taps = s.kh * s.kw;
@@ -298,7 +292,7 @@ void deform_conv2d_reference(const Tensor& x, const Tensor& offset_mask, const T
                              const Tensor* bias, int stride, int pad, int dilation, Tensor& y) {
   // Shape checks are the optimized path's; the kernel itself stays in plain loops below.
   const DeformConv2d shape_only(weight_oihw, bias, stride, pad, dilation);
-  if (!x.defined()) bad_tensor(x, "input x", "f32 [N, H, W, Cin]");
+  if (!x.defined()) bad_tensor("deform_conv2d", x, "input x", "f32 [N, H, W, Cin]");
   const Shape ys = shape_only.output_shape(x.shape());
   const int64_t cout = weight_oihw.size(0), cin = weight_oihw.size(1), kh = weight_oihw.size(2),
                 kw = weight_oihw.size(3), taps = kh * kw;

@@ -12,26 +12,23 @@
 #include <limits>
 #include <string>
 
+#include "backend/cpu/kernel_check.h"
+
 namespace bev::cpu {
 namespace {
 
-[[noreturn]] void bad(const char* op, const Tensor& t, const char* what, const std::string& expected) {
-  std::string got = t.defined() ? t.describe() : std::string("undefined");
-  if (t.defined() && !t.is_contiguous()) got += " (non-contiguous)";
-  throw Error(ErrorKind::kInvalidInput, std::string(what) + " is " + got).where(op).expected(expected);
-}
 
 void expect_f32(const char* op, const Tensor& t, const char* what, const Shape& shape) {
   if (!t.defined() || t.dtype() != DType::kF32 || t.device() != Device::kCpu || t.shape() != shape ||
       !t.is_contiguous()) {
-    bad(op, t, what, "contiguous host f32" + shape_str(shape));
+    bad_tensor(op, t, what, "contiguous host f32" + shape_str(shape));
   }
 }
 
 // x must be contiguous f32 of any rank >= 1 (a [M, C] view); returns C.
 int64_t expect_rows(const char* op, const Tensor& x, const char* what) {
   if (!x.defined() || x.dtype() != DType::kF32 || x.device() != Device::kCpu || x.dim() < 1 || !x.is_contiguous()) {
-    bad(op, x, what, "contiguous host f32 [..., C]");
+    bad_tensor(op, x, what, "contiguous host f32 [..., C]");
   }
   return x.size(-1);
 }

@@ -6,26 +6,23 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/kernel_check.h"
+
 namespace bev::cpu {
 namespace {
 
-[[noreturn]] void bad(const char* op, const Tensor& t, const char* what, const std::string& expected) {
-  std::string got = t.defined() ? t.describe() : std::string("undefined");
-  if (t.defined() && !t.is_contiguous()) got += " (non-contiguous)";
-  throw Error(ErrorKind::kInvalidInput, std::string(what) + " is " + got).where(op).expected(expected);
-}
 
 void expect_nhwc(const char* op, const Tensor& t, const char* what) {
   if (!t.defined() || t.dtype() != DType::kF32 || t.device() != Device::kCpu || t.dim() != 4 ||
       !t.is_contiguous() || t.size(1) < 1 || t.size(2) < 1) {
-    bad(op, t, what, "contiguous host f32 [N, H, W, C] with H, W >= 1");
+    bad_tensor(op, t, what, "contiguous host f32 [N, H, W, C] with H, W >= 1");
   }
 }
 
 void expect_f32(const char* op, const Tensor& t, const char* what, const Shape& shape) {
   if (!t.defined() || t.dtype() != DType::kF32 || t.device() != Device::kCpu || t.shape() != shape ||
       !t.is_contiguous()) {
-    bad(op, t, what, "contiguous host f32" + shape_str(shape));
+    bad_tensor(op, t, what, "contiguous host f32" + shape_str(shape));
   }
 }
 
@@ -89,7 +86,7 @@ void upsample_nearest2x_add(const Tensor& coarse, Tensor& fine, ThreadPool* pool
   expect_nhwc(op, coarse, "coarse");
   expect_nhwc(op, fine, "fine");
   if (fine.size(0) != coarse.size(0) || fine.size(3) != coarse.size(3)) {
-    bad(op, fine, "fine", "f32[" + std::to_string(coarse.size(0)) + ", H, W, " + std::to_string(coarse.size(3)) +
+    bad_tensor(op, fine, "fine", "f32[" + std::to_string(coarse.size(0)) + ", H, W, " + std::to_string(coarse.size(3)) +
                               "] (batch and channels of coarse " + coarse.describe() + ")");
   }
   const int64_t N = fine.size(0), H = fine.size(1), W = fine.size(2), C = fine.size(3);

@@ -7,24 +7,21 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/kernel_check.h"
+
 namespace bev::cpu {
 namespace {
 
-[[noreturn]] void bad(const char* op, const Tensor& t, const std::string& what, const std::string& expected) {
-  std::string got = t.defined() ? t.describe() : std::string("undefined");
-  if (t.defined() && !t.is_contiguous()) got += " (non-contiguous)";
-  throw Error(ErrorKind::kInvalidInput, what + " is " + got).where(op).expected(expected);
-}
 
 void expect(const char* op, const Tensor& t, const char* what, DType dtype, const Shape& shape) {
   if (!t.defined() || t.dtype() != dtype || t.device() != Device::kCpu || t.shape() != shape || !t.is_contiguous()) {
-    bad(op, t, what, std::string("contiguous host ") + dtype_name(dtype) + shape_str(shape));
+    bad_tensor(op, t, what, std::string("contiguous host ") + dtype_name(dtype) + shape_str(shape));
   }
 }
 
 void expect_contiguous(const char* op, const Tensor& t, const std::string& what, const char* shape_desc) {
   if (!t.defined() || t.device() != Device::kCpu || !t.is_contiguous() || t.dim() < 1) {
-    bad(op, t, what, std::string("contiguous host tensor ") + shape_desc);
+    bad_tensor(op, t, what, std::string("contiguous host tensor ") + shape_desc);
   }
 }
 
@@ -132,7 +129,7 @@ void topk(const Tensor& scores, int64_t k, Tensor& values, Tensor& indices) {
   const char* op = "topk";
   if (!scores.defined() || scores.dtype() != DType::kF32 || scores.dim() != 1 || !scores.is_contiguous() ||
       scores.device() != Device::kCpu) {
-    bad(op, scores, "scores", "contiguous host f32 [n]");
+    bad_tensor(op, scores, "scores", "contiguous host f32 [n]");
   }
   const int64_t n = scores.size(0);
   if (k < 0 || k > n) {
@@ -166,7 +163,7 @@ void gather_rows(const Tensor& src, const Tensor& idx, Tensor& dst) {
   const char* op = "gather_rows";
   expect_contiguous(op, src, "src", "[N, ...]");
   const int64_t m = idx.defined() && idx.dim() == 1 ? idx.size(0) : -1;
-  if (m < 0) bad(op, idx, "idx", "contiguous host i64 [M]");
+  if (m < 0) bad_tensor(op, idx, "idx", "contiguous host i64 [M]");
   Shape want = src.shape();
   want[0] = m;
   expect(op, dst, "dst", src.dtype(), want);
@@ -181,10 +178,10 @@ void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& dst) {
   const char* op = "scatter_add_rows";
   if (!src.defined() || src.dtype() != DType::kF32 || src.dim() != 2 || !src.is_contiguous() ||
       src.device() != Device::kCpu) {
-    bad(op, src, "src", "contiguous host f32 [M, C]");
+    bad_tensor(op, src, "src", "contiguous host f32 [M, C]");
   }
   const int64_t m = src.size(0), c = src.size(1);
-  if (!dst.defined() || dst.dim() != 2) bad(op, dst, "dst", "contiguous host f32 [N, " + std::to_string(c) + "]");
+  if (!dst.defined() || dst.dim() != 2) bad_tensor(op, dst, "dst", "contiguous host f32 [N, " + std::to_string(c) + "]");
   expect(op, dst, "dst", DType::kF32, {dst.size(0), c});
   const int64_t* ip = checked_indices(op, idx, m, dst.size(0));
   const float* sp = src.data<float>();
@@ -219,7 +216,7 @@ void concat(std::span<const Tensor> inputs, int64_t axis, Tensor& dst) {
     if (!ok) {
       Shape e = first.shape();
       e[static_cast<size_t>(ax)] = -1;
-      bad(op, t, name, std::string(dtype_name(first.dtype())) + shape_str(e) + " (-1: any extent on axis " +
+      bad_tensor(op, t, name, std::string(dtype_name(first.dtype())) + shape_str(e) + " (-1: any extent on axis " +
                            std::to_string(ax) + ")");
     }
   }
@@ -242,7 +239,7 @@ void concat(std::span<const Tensor> inputs, int64_t axis, Tensor& dst) {
 
 void permute_copy(const Tensor& src, Tensor& dst) {
   const char* op = "permute_copy";
-  if (!src.defined() || src.device() != Device::kCpu) bad(op, src, "src", "a host tensor");
+  if (!src.defined() || src.device() != Device::kCpu) bad_tensor(op, src, "src", "a host tensor");
   expect(op, dst, "dst", src.dtype(), src.shape());
   if (src.numel() == 0) return;
   const auto [slo, shi] = byte_span(src);

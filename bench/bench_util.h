@@ -1,0 +1,30 @@
+// Shared by the kernel benchmarks: deterministic inputs and this machine's measured peaks.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/onednn.h"
+#include "core/tensor.h"
+
+namespace bev::bench {
+
+// Deterministic values in [-1, 1) without the cost of a random engine on big tensors.
+inline Tensor filled(const Shape& shape, uint32_t seed) {
+  Tensor t = Tensor::empty(shape, DType::kF32);
+  float* p = t.data<float>();
+  uint32_t s = seed * 2654435761u + 1;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    s = s * 1664525u + 1013904223u;
+    p[i] = static_cast<float>(s >> 8) * (2.0f / 16777216.0f) - 1.0f;
+  }
+  return t;
+}
+
+// GFLOP/s of a large oneDNN matmul, measured once per process: the "% of peak" denominator.
+inline double peak(cpu::Precision p) {
+  static const double f32 = cpu::measure_peak_gflops(cpu::Precision::kF32);
+  static const double bf16 = cpu::measure_peak_gflops(cpu::Precision::kBF16);
+  return p == cpu::Precision::kF32 ? f32 : bf16;
+}
+
+}  // namespace bev::bench

@@ -1,0 +1,19 @@
+// Shape errors of the CPU kernels, worded alike: "<op>: <what> is f32[2, 3] (non-contiguous);
+// expected <expected>".
+#pragma once
+
+#include <string>
+
+#include "bevformer/error.h"
+#include "core/tensor.h"
+
+namespace bev::cpu {
+
+[[noreturn]] inline void bad_tensor(const char* op, const Tensor& t, const std::string& what,
+                                    const std::string& expected) {
+  std::string got = t.defined() ? t.describe() : std::string("undefined");
+  if (t.defined() && !t.is_contiguous()) got += " (non-contiguous)";
+  throw Error(ErrorKind::kInvalidInput, what + " is " + got).where(op).expected(expected);
+}
+
+}  // namespace bev::cpu
