@@ -16,6 +16,7 @@
 
 #include "backend/cpu/linear.h"
 #include "backend/cpu/onednn.h"
+#include "core/compare.h"
 
 namespace bev::cpu {
 namespace {
@@ -171,14 +172,8 @@ TEST(Linear, Bf16RelativeL2AgainstF32) {
   Tensor y32 = Tensor::empty({2500, 512}, DType::kF32), y16 = Tensor::empty({2500, 512}, DType::kF32);
   Linear(w, &b, false, Precision::kF32).run(x, y32);
   Linear(w, &b, false, Precision::kBF16).run(x, y16);
-  double num = 0, den = 0, max_abs = 0;
-  for (int64_t i = 0; i < y32.numel(); ++i) {
-    const double d = static_cast<double>(y16.data<float>()[i]) - y32.data<float>()[i];
-    num += d * d;
-    den += static_cast<double>(y32.data<float>()[i]) * y32.data<float>()[i];
-    max_abs = std::max(max_abs, std::fabs(d));
-  }
-  const double rel_l2 = std::sqrt(num / den);
+  const TensorDiff diff = compare(y16, y32);
+  const double rel_l2 = diff.relative_l2, max_abs = diff.max_abs;
   std::printf("  bf16 vs f32, linear 2500x256->512: relative L2 %.3g, max|diff| %.3g\n", rel_l2, max_abs);
   EXPECT_LE(rel_l2, 5e-3);
 }

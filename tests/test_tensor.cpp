@@ -4,6 +4,7 @@
 #include <numeric>
 #include <random>
 
+#include "core/compare.h"
 #include "core/tensor.h"
 
 namespace bev {
@@ -101,6 +102,16 @@ TEST(Tensor, BorrowedStorageKeepsOwnerAlive) {
   EXPECT_EQ(t.data<float>()[3], 4.0f);
   t = Tensor();
   EXPECT_TRUE(w.expired());
+}
+
+TEST(Compare, RelativeL2AndMaxAbs) {
+  Tensor want = Tensor::from_floats({2, 2}, std::vector<float>{3, 0, 0, 4});  // norm 5
+  Tensor got = Tensor::from_floats({2, 2}, std::vector<float>{3, 0.3f, 0, 3.6f});
+  const TensorDiff d = compare(got, want);
+  EXPECT_NEAR(d.relative_l2, 0.1, 1e-7);  // sqrt(0.09 + 0.16) / 5
+  EXPECT_NEAR(d.max_abs, 0.4, 1e-6);
+  EXPECT_EQ(compare(want.permute({1, 0}), want.permute({1, 0}).contiguous()).max_abs, 0.0);
+  EXPECT_THROW(compare(got, want.reshape({4})), Error);
 }
 
 }  // namespace
