@@ -21,18 +21,12 @@
 #include "backend/cpu/conv2d.h"
 #include "backend/cpu/onednn.h"
 #include "core/compare.h"
+#include "kernel_test_util.h"
 
 namespace bev::cpu {
 namespace {
 
-Tensor random_tensor(const Shape& shape, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  Tensor t = Tensor::empty(shape, DType::kF32);
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(gen);
-  return t;
-}
+using kernel_test::random_tensor;
 
 struct Ref {
   std::vector<double> y;    // NHWC

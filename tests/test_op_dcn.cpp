@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/cpu/deform_conv2d.h"
+#include "kernel_test_util.h"
 
 namespace bev::cpu {
 namespace {
@@ -25,13 +26,7 @@ struct Case {
   size_t col_budget;  // small budgets force several tiles and a short last tile
 };
 
-Tensor random_tensor(const Shape& shape, std::mt19937& rng, float lo, float hi) {
-  Tensor t = Tensor::empty(shape, DType::kF32);
-  std::uniform_real_distribution<float> u(lo, hi);
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = u(rng);
-  return t;
-}
+using kernel_test::random_tensor;
 
 // conv_offset's output with awkward values: half random offsets, half aimed at chosen sample
 // positions (outside, on -1, on H-1, on H, on integers, far away, NaN); logits mostly moderate.

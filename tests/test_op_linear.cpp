@@ -17,18 +17,12 @@
 #include "backend/cpu/linear.h"
 #include "backend/cpu/onednn.h"
 #include "core/compare.h"
+#include "kernel_test_util.h"
 
 namespace bev::cpu {
 namespace {
 
-Tensor random_tensor(const Shape& shape, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  Tensor t = Tensor::empty(shape, DType::kF32);
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(gen);
-  return t;
-}
+using kernel_test::random_tensor;
 
 double bound_of(Precision p, int64_t k) {
   const double sum = static_cast<double>(k + 2) * std::ldexp(1.0, -24);

@@ -14,6 +14,7 @@
 #include "backend/cpu/elementwise.h"
 #include "backend/cpu/pool_resize.h"
 #include "backend/cpu/select.h"
+#include "kernel_test_util.h"
 
 namespace bev::cpu {
 namespace {
@@ -21,12 +22,7 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-Tensor random_tensor(const Shape& shape, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
-  Tensor t = Tensor::empty(shape, DType::kF32);
-  std::uniform_real_distribution<float> u(lo, hi);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
-  return t;
-}
+using kernel_test::random_tensor;
 
 Tensor i64_tensor(const std::vector<int64_t>& v) {
   Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kI64);
