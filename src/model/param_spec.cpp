@@ -122,6 +122,15 @@ void norms(SpecList& s, const std::string& p, const std::vector<LayerOp>& order,
   }
 }
 
+// The projections every deformable attention of BEVFormer has (TSA, SCA's inner
+// MSDeformableAttention3D, the decoder's CustomMSDeformableAttention): offsets and weights read a
+// `query_in`-wide query, the value projection keeps C. `samples` = heads x levels x points (x queue).
+void deformable_attention(SpecList& s, const std::string& p, int64_t query_in, int64_t c, int64_t samples) {
+  s.linear(p + ".sampling_offsets", query_in, samples * 2);
+  s.linear(p + ".attention_weights", query_in, samples);
+  s.linear(p + ".value_proj", c, c);
+}
+
 void encoder(SpecList& s, const TransformerConfig& t) {
   const int64_t c = t.embed_dims;
   const int64_t q = t.tsa_num_bev_queue;
@@ -131,16 +140,11 @@ void encoder(SpecList& s, const TransformerConfig& t) {
     const std::string p = "pts_bbox_head.transformer.encoder.layers." + std::to_string(i);
     // TSA: offsets and weights read concat(prev BEV, query + pos), i.e. C * queue inputs.
     const int64_t tsa_samples = q * tsa.num_heads * tsa.num_levels * tsa.num_points;
-    s.linear(p + ".attentions.0.sampling_offsets", c * q, tsa_samples * 2);
-    s.linear(p + ".attentions.0.attention_weights", c * q, tsa_samples);
-    s.linear(p + ".attentions.0.value_proj", c, c);
+    deformable_attention(s, p + ".attentions.0", c * q, c, tsa_samples);
     s.linear(p + ".attentions.0.output_proj", c, c);
     // SCA: MSDeformableAttention3D has no output_proj of its own; SCA's follows the averaging.
-    const std::string d = p + ".attentions.1.deformable_attention";
     const int64_t sca_samples = static_cast<int64_t>(sca.num_heads) * sca.num_levels * sca.num_points;
-    s.linear(d + ".sampling_offsets", c, sca_samples * 2);
-    s.linear(d + ".attention_weights", c, sca_samples);
-    s.linear(d + ".value_proj", c, c);
+    deformable_attention(s, p + ".attentions.1.deformable_attention", c, c, sca_samples);
     s.linear(p + ".attentions.1.output_proj", c, c);
     ffn(s, p + ".ffns.0", c, t.encoder_ffn_dims);
     norms(s, p, t.encoder_operation_order, c);
@@ -157,9 +161,7 @@ void decoder(SpecList& s, const TransformerConfig& t) {
     s.param(p + ".attentions.0.attn.in_proj_bias", {3 * c});
     s.linear(p + ".attentions.0.attn.out_proj", c, c);
     const int64_t samples = static_cast<int64_t>(x.num_heads) * x.num_levels * x.num_points;
-    s.linear(p + ".attentions.1.sampling_offsets", c, samples * 2);
-    s.linear(p + ".attentions.1.attention_weights", c, samples);
-    s.linear(p + ".attentions.1.value_proj", c, c);
+    deformable_attention(s, p + ".attentions.1", c, c, samples);
     s.linear(p + ".attentions.1.output_proj", c, c);
     ffn(s, p + ".ffns.0", c, t.decoder_ffn_dims);
     norms(s, p, t.decoder_operation_order, c);
