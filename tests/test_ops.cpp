@@ -27,8 +27,8 @@ Tensor index_tensor(std::vector<int64_t> v) {
 
 // A small stand-in for a model stage that touches every op kind.
 struct MiniStage {
-  PreparedWeights conv_a, conv_b, conv_offset, dcn, fc1, fc2, fc3;
-  Tensor gamma, beta, row, idx;
+  PreparedWeights conv_a, conv_b, conv_offset, dcn, fc1, fc2, fc3, fc4;
+  Tensor gamma, beta, row, idx, idx_pad;
 
   explicit MiniStage(Ops& ops) {
     conv_a = ops.prepare_conv2d(random({6, 5, 3, 3}, 1, 0.3f), nullptr, {.stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1, .relu = true});
@@ -43,10 +43,12 @@ struct MiniStage {
     fc1 = ops.prepare_linear(random({16, 7}, 6, 0.3f), &b1, {.relu = true});
     fc2 = ops.prepare_linear(random({8, 16}, 8, 0.3f), nullptr, {});
     fc3 = ops.prepare_linear(random({4, 16}, 12, 0.3f), nullptr, {});
+    fc4 = ops.prepare_linear(random({3, 16}, 13, 0.3f), nullptr, {});
     gamma = random({8}, 9);
     beta = random({8}, 10);
     row = random({8}, 11);
     idx = index_tensor({3, 0, 5, 1});
+    idx_pad = index_tensor({-1, 7, 197, -1, 7});  // -1: padding (a zero row / a skipped row)
   }
 
   Tensor run(Ops& ops, const Tensor& image /*[2, 9, 11, 5] NHWC*/) {
@@ -64,23 +66,37 @@ struct MiniStage {
     Tensor sig = ops.sigmoid(s);
     Tensor inv = ops.inverse_sigmoid(sig);
     Tensor sum = ops.add(inv, n);
+    Tensor scaled = ops.mul(sum, gamma.reshape({1, 8}), "scaled");     // broadcast b [1, 8]
     // Attention over the tokens: value [1, 198, 2, 4], 1 level of 18 x 11.
-    Tensor value = sum.reshape({1, 198, 2, 4});
+    Tensor value = ops.add(scaled.reshape({198, 2, 4}), row.reshape({1, 2, 4}), "value").reshape({1, 198, 2, 4});
     // Every value below comes from an op: anything computed outside Ops would not replay.
-    Tensor loc = ops.sigmoid(ops.linear(h, fc2).reshape({1, 198, 2, 1, 2, 2}));
+    Tensor offsets = ops.linear(h, fc2).reshape({198, 2, 1, 2, 2});   // [M, heads, L, P, 2]
+    Tensor ref = ops.sigmoid(ops.linear(h, fc3)).reshape({198, 1, 2, 2});  // [M, 1, R = 2, 2]
+    Tensor loc = ops.sampling_locations(offsets, ref, {.spatial_shapes = {{18, 11}}}, "loc")
+                     .reshape({1, 198, 2, 1, 2, 2});
     Tensor w = ops.softmax(ops.linear(h, fc3).reshape({1, 198, 2, 1, 2}));
     MsdaAttrs ma;
     ma.spatial_shapes = {{18, 11}};
     ma.level_start = {0};
     Tensor att = ops.msda(value, loc, w, ma, "msda");                  // [1, 198, 8]
+    // The head: refine a 3-d reference by reg [198, 8], then boxes in metres.
+    Tensor reg = ops.linear(h, fc2, "reg");
+    Tensor refined = ops.reference_refine(reg, ops.sigmoid(ops.linear(h, fc4)), "refine");
+    Tensor boxes = ops.bbox_denormalize(reg, refined, {.scale = {102.4f, 102.4f, 8.0f}, .offset = {-51.2f, -51.2f, -5.0f}},
+                                        "boxes");
     Tensor att2 = att.reshape({198, 8});
     Tensor heads = ops.batched_matmul(ops.permute(att.reshape({198, 2, 4}), {1, 0, 2}),
                                       ops.permute(att.reshape({198, 2, 4}), {1, 0, 2}), {.transpose_b = true, .scale = 0.5f});
     Tensor g = ops.gather_rows(att2, idx, "gather");
     Tensor acc = ops.scatter_add_rows(g, idx, ops.relu(att2), "scatter");
+    // Padded gather and scatter into a fresh zeros: replay must zero it again before adding.
+    Tensor g_pad = ops.gather_rows(att2, idx_pad, "gather_pad");      // rows 0 and 3 are zeros
+    Tensor acc_pad = ops.scatter_add_rows(g_pad, idx_pad, ops.zeros({198, 8}, "zeros"), "scatter_pad");
     Tensor cat = ops.concat({acc, att2}, 0, "concat");
     auto [top, top_idx] = ops.topk(cat.reshape({-1}), 10, "topk");
-    return ops.concat({top, heads.reshape({-1}).slice(0, 0, 5).contiguous()}, 0);
+    return ops.concat({top, heads.reshape({-1}).slice(0, 0, 5).contiguous(), boxes.reshape({-1}),
+                       g_pad.reshape({-1}), acc_pad.reshape({-1})},
+                      0);
   }
 };
 

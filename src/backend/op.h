@@ -29,10 +29,15 @@ namespace bev {
   X(sigmoid)              \
   X(inverse_sigmoid)      \
   X(add)                  \
+  X(mul)                  \
   X(add_rows)             \
+  X(zeros)                \
   X(max_pool2d)           \
   X(upsample_nearest_add) \
+  X(sampling_locations)   \
   X(msda)                 \
+  X(reference_refine)     \
+  X(bbox_denormalize)     \
   X(topk)                 \
   X(gather_rows)          \
   X(scatter_add_rows)     \
@@ -93,6 +98,19 @@ struct MsdaAttrs {
   std::vector<int64_t> level_start;                         // first value row of each level
 };
 
+// Deformable attention's sampling locations (spec §2.9, §2.11, §2.12): per level l the offsets
+// are divided by the level's (W_l, H_l) and added to a reference point.
+struct SamplingLocationsAttrs {
+  std::vector<std::pair<int64_t, int64_t>> spatial_shapes;  // (H, W) per level
+};
+
+// The head's box centre denormalization: code channels 0, 1 and 4 become
+// ref[:, k] * scale[k] + offset[k] (k = x, y, z), scale = pc_range max - min, offset = min.
+struct BboxDenormalizeAttrs {
+  float scale[3] = {1, 1, 1};
+  float offset[3] = {0, 0, 0};
+};
+
 struct TopkAttrs {
   int64_t k = 0;
 };
@@ -106,15 +124,17 @@ struct PermuteAttrs {
 };
 
 using OpAttrs = std::variant<std::monostate, Conv2dAttrs, DeformConv2dAttrs, LinearAttrs, BatchedMatmulAttrs,
-                             LayerNormAttrs, InverseSigmoidAttrs, MsdaAttrs, TopkAttrs, ConcatAttrs, PermuteAttrs>;
+                             LayerNormAttrs, InverseSigmoidAttrs, MsdaAttrs, SamplingLocationsAttrs,
+                             BboxDenormalizeAttrs, TopkAttrs, ConcatAttrs, PermuteAttrs>;
 
 struct OpNode {
   OpKind kind = OpKind::relu;
-  std::string label;                      // the stage tag (DESIGN §3), e.g. "img.layer1.0.conv1"
+  std::string label;                      // the tensor's name, e.g. "img.layer1.0.conv1"
   OpAttrs attrs;
   std::vector<Tensor> inputs;
   std::vector<Tensor> outputs;
   std::shared_ptr<const void> prepared;  // backend state for weighted ops (see Backend::prepare_*)
+  std::string stage = {};                 // the stage signpost (DESIGN §3), e.g. "img.layer1"; set by Ops
 };
 
 }  // namespace bev

@@ -29,6 +29,14 @@ void expect_f32(const char* op, const std::string& label, const char* name, cons
   if (t.dtype() != DType::kF32) shape_error(op, label, std::string(name) + " is " + t.describe(), "f32");
 }
 
+// b has a's rank and every extent of b equals a's or is 1.
+void expect_broadcastable(const char* op, const std::string& label, const Tensor& a, const Tensor& b) {
+  bool ok = a.dim() == b.dim();
+  for (int64_t d = 0; ok && d < a.dim(); ++d) ok = b.size(d) == a.size(d) || b.size(d) == 1;
+  if (!ok) shape_error(op, label, "shapes " + a.describe() + " and " + b.describe() + " do not broadcast",
+                       "b of a's rank with each extent equal to a's or 1");
+}
+
 void expect_same_shape(const char* op, const std::string& label, const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape()) shape_error(op, label, "shapes " + a.describe() + " and " + b.describe() + " differ", "equal shapes");
 }
@@ -93,6 +101,7 @@ Tensor Ops::emit(OpNode node) {
       }
     }
   }
+  node.stage = stage_;
   backend_.run(node);
   Tensor out = node.outputs.front();
   if (mode_ == Mode::kRecord) nodes_.push_back(std::move(node));
@@ -214,8 +223,21 @@ Tensor Ops::inverse_sigmoid(const Tensor& x, float eps, std::string label) {
 }
 
 Tensor Ops::add(const Tensor& a, const Tensor& b, std::string label) {
-  expect_same_shape("add", label, a, b);
+  expect_f32("add", label, "a", a);
+  expect_f32("add", label, "b", b);
+  expect_broadcastable("add", label, a, b);
   return emit({OpKind::add, std::move(label), {}, {a, b}, {output(a.shape())}, nullptr});
+}
+
+Tensor Ops::mul(const Tensor& a, const Tensor& b, std::string label) {
+  expect_f32("mul", label, "a", a);
+  expect_f32("mul", label, "b", b);
+  expect_broadcastable("mul", label, a, b);
+  return emit({OpKind::mul, std::move(label), {}, {a, b}, {output(a.shape())}, nullptr});
+}
+
+Tensor Ops::zeros(const Shape& shape, std::string label) {
+  return emit({OpKind::zeros, std::move(label), {}, {}, {output(shape)}, nullptr});
 }
 
 Tensor Ops::add_rows(const Tensor& a, const Tensor& row, std::string label) {
@@ -234,6 +256,49 @@ Tensor Ops::msda(const Tensor& value, const Tensor& locations, const Tensor& wei
   expect_rank("msda", label, "attention_weights", weights, 5);
   return emit({OpKind::msda, std::move(label), attrs, {value, locations, weights},
                {output({locations.size(0), locations.size(1), value.size(2) * value.size(3)})}, nullptr});
+}
+
+Tensor Ops::sampling_locations(const Tensor& offsets, const Tensor& reference, const SamplingLocationsAttrs& attrs,
+                               std::string label) {
+  const char* op = "sampling_locations";
+  expect_rank(op, label, "offsets", offsets, 5);
+  expect_rank(op, label, "reference", reference, 4);
+  expect_f32(op, label, "offsets", offsets);
+  expect_f32(op, label, "reference", reference);
+  const auto levels = static_cast<int64_t>(attrs.spatial_shapes.size());
+  if (offsets.size(2) != levels || offsets.size(4) != 2) {
+    shape_error(op, label, "offsets " + offsets.describe() + " for " + std::to_string(levels) + " level(s)",
+                "[M, heads, " + std::to_string(levels) + ", P, 2]");
+  }
+  const int64_t lr = reference.size(1), r = reference.size(2);
+  if (reference.size(0) != offsets.size(0) || (lr != 1 && lr != levels) || r < 1 || offsets.size(3) % r != 0 ||
+      reference.size(3) < 2) {
+    shape_error(op, label, "reference " + reference.describe() + " for offsets " + offsets.describe(),
+                "[M, 1 or levels, R dividing P, >= 2]");
+  }
+  return emit({OpKind::sampling_locations, std::move(label), attrs, {offsets, reference}, {output(offsets.shape())},
+               nullptr});
+}
+
+Tensor Ops::reference_refine(const Tensor& reg, const Tensor& reference, std::string label) {
+  expect_rank("reference_refine", label, "reg", reg, 2);
+  expect_rank("reference_refine", label, "reference", reference, 2);
+  if (reg.size(1) < 5 || reference.shape() != Shape{reg.size(0), 3}) {
+    shape_error("reference_refine", label, "reg " + reg.describe() + ", reference " + reference.describe(),
+                "reg [M, >= 5] and reference [M, 3]");
+  }
+  return emit({OpKind::reference_refine, std::move(label), {}, {reg, reference}, {output({reg.size(0), 3})}, nullptr});
+}
+
+Tensor Ops::bbox_denormalize(const Tensor& reg, const Tensor& refined, const BboxDenormalizeAttrs& attrs,
+                             std::string label) {
+  expect_rank("bbox_denormalize", label, "reg", reg, 2);
+  expect_rank("bbox_denormalize", label, "refined", refined, 2);
+  if (reg.size(1) < 5 || refined.shape() != Shape{reg.size(0), 3}) {
+    shape_error("bbox_denormalize", label, "reg " + reg.describe() + ", refined " + refined.describe(),
+                "reg [M, >= 5] and refined [M, 3]");
+  }
+  return emit({OpKind::bbox_denormalize, std::move(label), attrs, {reg, refined}, {output(reg.shape())}, nullptr});
 }
 
 std::pair<Tensor, Tensor> Ops::topk(const Tensor& scores, int64_t k, std::string label) {

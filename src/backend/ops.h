@@ -31,6 +31,10 @@ class Ops {
   Backend& backend() { return backend_; }
   Mode mode() const { return mode_; }
 
+  // The stage signpost (DESIGN §3) stamped on every following op, e.g. "enc0.tsa".
+  void set_stage(std::string stage) { stage_ = std::move(stage); }
+  const std::string& stage() const { return stage_; }
+
   PreparedWeights prepare_conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs& attrs);
   PreparedWeights prepare_deform_conv2d(const Tensor& weight_oihw, const Tensor* bias,
                                         const DeformConv2dAttrs& attrs);
@@ -52,7 +56,11 @@ class Ops {
   Tensor relu(const Tensor& x, std::string label = {});
   Tensor sigmoid(const Tensor& x, std::string label = {});
   Tensor inverse_sigmoid(const Tensor& x, float eps = 1e-5f, std::string label = {});
+  // Elementwise a + b and a * b; b has a's rank and each extent equal to a's or 1 (broadcast).
   Tensor add(const Tensor& a, const Tensor& b, std::string label = {});
+  Tensor mul(const Tensor& a, const Tensor& b, std::string label = {});
+  // A new f32 tensor of zeros (zeroed again on every replay).
+  Tensor zeros(const Shape& shape, std::string label = {});
   Tensor add_rows(const Tensor& a, const Tensor& row, std::string label = {});  // a [..., C] + row [C]
 
   // value [bs, Lv, heads, hd], locations [bs, Lq, heads, L, P, 2], weights [bs, Lq, heads, L, P]
@@ -60,9 +68,23 @@ class Ops {
   Tensor msda(const Tensor& value, const Tensor& locations, const Tensor& weights, const MsdaAttrs& attrs,
               std::string label = {});
 
+  // offsets [M, heads, L, P, 2], reference [M, Lr, R, D] (Lr = 1 or L, D >= 2; point p of level l
+  // uses reference[m, Lr == 1 ? 0 : l, p % R, 0:2]) -> locations [M, heads, L, P, 2] =
+  // reference + offset / (W_l, H_l).
+  Tensor sampling_locations(const Tensor& offsets, const Tensor& reference, const SamplingLocationsAttrs& attrs,
+                            std::string label = {});
+  // Box refinement (spec §2.11): reg [M, code >= 5], reference [M, 3] (sigmoid space) ->
+  // [M, 3] = sigmoid(reg[:, {0, 1, 4}] + inverse_sigmoid(reference)).
+  Tensor reference_refine(const Tensor& reg, const Tensor& reference, std::string label = {});
+  // The head's boxes (spec §2.13): reg [M, code] with channels 0, 1, 4 replaced by the refined
+  // reference [M, 3] denormalized to metres.
+  Tensor bbox_denormalize(const Tensor& reg, const Tensor& refined, const BboxDenormalizeAttrs& attrs,
+                          std::string label = {});
+
   std::pair<Tensor, Tensor> topk(const Tensor& scores, int64_t k, std::string label = {});  // values, i64 indices
+  // out[i] = src[index[i]]; index -1 gives a row of zeros (padding).
   Tensor gather_rows(const Tensor& src, const Tensor& index, std::string label = {});
-  // dst[index[i]] += src[i], in place; returns `dst`.
+  // dst[index[i]] += src[i], in place; index -1 skips the row (padding); returns `dst`.
   Tensor scatter_add_rows(const Tensor& src, const Tensor& index, const Tensor& dst, std::string label = {});
   Tensor concat(const std::vector<Tensor>& parts, int64_t axis, std::string label = {});
   Tensor permute(const Tensor& x, const std::vector<int64_t>& order, std::string label = {});  // contiguous copy
@@ -78,6 +100,7 @@ class Ops {
 
   Backend& backend_;
   Mode mode_;
+  std::string stage_;
   std::vector<OpNode> nodes_;
 };
 

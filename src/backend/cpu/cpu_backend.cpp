@@ -4,6 +4,7 @@
 #include <variant>
 
 #include "backend/backend.h"
+#include "backend/cpu/attention_glue.h"
 #include "backend/cpu/conv2d.h"
 #include "backend/cpu/deform_conv2d.h"
 #include "backend/cpu/elementwise.h"
@@ -105,6 +106,16 @@ class CpuBackend final : public Backend {
         cpu::add(in[0], in[1], y, &pool_);
         return;
       }
+      case OpKind::mul: {
+        Tensor y = out;
+        cpu::mul(in[0], in[1], y, &pool_);
+        return;
+      }
+      case OpKind::zeros: {
+        Tensor y = out;
+        cpu::zeros(y);
+        return;
+      }
       case OpKind::add_rows: {
         Tensor y = rows_view(out);
         cpu::add_rows(rows_view(in[0]), in[1], y, &pool_);
@@ -124,6 +135,21 @@ class CpuBackend final : public Backend {
         const auto& a = std::get<MsdaAttrs>(n.attrs);
         Tensor y = out;
         cpu::msda(in[0], a.spatial_shapes, a.level_start, in[1], in[2], y, pool_);
+        return;
+      }
+      case OpKind::sampling_locations: {
+        Tensor y = out;
+        cpu::sampling_locations(in[0], in[1], std::get<SamplingLocationsAttrs>(n.attrs).spatial_shapes, y, &pool_);
+        return;
+      }
+      case OpKind::reference_refine: {
+        Tensor y = out;
+        cpu::reference_refine(in[0], in[1], y, &pool_);
+        return;
+      }
+      case OpKind::bbox_denormalize: {
+        Tensor y = out;
+        cpu::bbox_denormalize(in[0], in[1], std::get<BboxDenormalizeAttrs>(n.attrs), y, &pool_);
         return;
       }
       case OpKind::topk: {

@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/kernel_check.h"
 
@@ -258,6 +260,102 @@ void map_flat(ThreadPool* pool, int64_t n, const Fn& fn) {
   for_rows(pool, n, int64_t{1} << 14, fn);
 }
 
+// ---- add / mul with broadcasting of b ----
+
+// a's shape as runs of merged dims, outermost first, each with b's element stride along it:
+// 0 where b broadcasts, b's contiguous stride where it follows a. a's unit dims are dropped
+// (b's extent there is 1 too), and neighbouring dims of one kind merge, so [6, hw, C] + [6, 1, C]
+// becomes {6: C, hw: 0, C: 1} and [HW, C] * [HW, 1] becomes {HW: 1, C: 0}.
+struct BroadcastRuns {
+  std::vector<int64_t> size, b_stride;
+};
+
+BroadcastRuns broadcast_runs(const Tensor& a, const Tensor& b) {
+  BroadcastRuns r;
+  int64_t b_contig = 1;  // b's contiguous stride at dim d, built from the innermost dim out
+  std::vector<int64_t> bs(static_cast<size_t>(a.dim()));
+  for (int64_t d = a.dim() - 1; d >= 0; --d) {
+    bs[static_cast<size_t>(d)] = b.size(d) == 1 ? 0 : b_contig;
+    b_contig *= b.size(d);
+  }
+  for (int64_t d = 0; d < a.dim(); ++d) {
+    const int64_t n = a.size(d), st = bs[static_cast<size_t>(d)];
+    if (n == 1) continue;
+    if (!r.size.empty() && ((st == 0 && r.b_stride.back() == 0) || (st != 0 && r.b_stride.back() == st * n))) {
+      r.size.back() *= n;
+      r.b_stride.back() = st;
+      continue;
+    }
+    r.size.push_back(n);
+    r.b_stride.push_back(st);
+  }
+  if (r.size.empty()) {  // a holds one element
+    r.size.push_back(1);
+    r.b_stride.push_back(0);
+  }
+  return r;
+}
+
+template <typename Op>
+void binary(const char* op, const Tensor& a, const Tensor& b, Tensor& y, ThreadPool* pool, Op fn) {
+  expect_rows(op, a, "input a");
+  expect_f32(op, y, "output y", a.shape());
+  const float* ap = a.data<float>();
+  float* yp = y.data<float>();
+  if (b.defined() && b.shape() == a.shape()) {
+    expect_f32(op, b, "input b", a.shape());
+    expect_no_partial_overlap(op, a, y);
+    expect_no_partial_overlap(op, b, y);
+    const float* bp = b.data<float>();
+    map_flat(pool, a.numel(), [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) yp[i] = fn(ap[i], bp[i]);
+    });
+    return;
+  }
+  bool ok = b.defined() && b.dtype() == DType::kF32 && b.device() == Device::kCpu && b.is_contiguous() &&
+            b.dim() == a.dim();
+  for (int64_t d = 0; ok && d < a.dim(); ++d) ok = b.size(d) == a.size(d) || b.size(d) == 1;
+  if (!ok) bad_tensor(op, b, "input b", "contiguous host f32 of a's rank, each extent " + shape_str(a.shape()) + "'s or 1");
+  expect_no_partial_overlap(op, a, y);
+  expect_no_partial_overlap(op, b, y, /*may_alias=*/false);
+  if (a.numel() == 0) return;
+  const BroadcastRuns runs = broadcast_runs(a, b);
+  const auto nd = runs.size.size();
+  const int64_t inner = runs.size.back(), inner_st = runs.b_stride.back();
+  const float* bp = b.data<float>();
+  // Each chunk [s, e) of the flat index walks rows of the innermost run, carrying b's offset in
+  // per-run counters that are set up once per chunk.
+  map_flat(pool, a.numel(), [&](int64_t s, int64_t e) {
+    std::vector<int64_t> ctr(nd, 0);
+    int64_t row = s / inner, col = s % inner, boff = 0;
+    for (size_t k = nd - 1; k-- > 0;) {
+      ctr[k] = row % runs.size[k];
+      row /= runs.size[k];
+      boff += ctr[k] * runs.b_stride[k];
+    }
+    for (int64_t i = s; i < e;) {
+      const int64_t n = std::min(inner - col, e - i);
+      const float* ar = ap + i;
+      float* yr = yp + i;
+      if (inner_st == 0) {
+        const float v = bp[boff];
+        for (int64_t j = 0; j < n; ++j) yr[j] = fn(ar[j], v);
+      } else {
+        const float* br = bp + boff + col;
+        for (int64_t j = 0; j < n; ++j) yr[j] = fn(ar[j], br[j]);
+      }
+      i += n;
+      col = 0;
+      for (size_t k = nd - 1; k-- > 0;) {  // next row: bump the counters, innermost outer run first
+        boff += runs.b_stride[k];
+        if (++ctr[k] < runs.size[k]) break;
+        boff -= runs.size[k] * runs.b_stride[k];
+        ctr[k] = 0;
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& y, ThreadPool* pool) {
@@ -320,7 +418,7 @@ void sigmoid(const Tensor& x, Tensor& y, ThreadPool* pool) {
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
   map_flat(pool, x.numel(), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) yp[i] = 1.0f / (1.0f + std::exp(-xp[i]));
+    for (int64_t i = b; i < e; ++i) yp[i] = sigmoid_scalar(xp[i]);
   });
 }
 
@@ -331,30 +429,23 @@ void inverse_sigmoid(const Tensor& x, float eps, Tensor& y, ThreadPool* pool) {
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
   map_flat(pool, x.numel(), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      // Comparisons written so that NaN falls through every clamp, as torch.clamp lets it.
-      float v = xp[i];
-      v = v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
-      const float x1 = v < eps ? eps : v;
-      const float one_minus = 1.0f - v;
-      const float x2 = one_minus < eps ? eps : one_minus;
-      yp[i] = std::log(x1 / x2);
-    }
+    for (int64_t i = b; i < e; ++i) yp[i] = inverse_sigmoid_scalar(xp[i], eps);
   });
 }
 
 void add(const Tensor& a, const Tensor& b, Tensor& y, ThreadPool* pool) {
-  expect_rows("add", a, "input a");
-  expect_f32("add", b, "input b", a.shape());
-  expect_f32("add", y, "output y", a.shape());
-  expect_no_partial_overlap("add", a, y);
-  expect_no_partial_overlap("add", b, y);
-  const float* ap = a.data<float>();
-  const float* bp = b.data<float>();
-  float* yp = y.data<float>();
-  map_flat(pool, a.numel(), [&](int64_t s, int64_t e) {
-    for (int64_t i = s; i < e; ++i) yp[i] = ap[i] + bp[i];
-  });
+  binary("add", a, b, y, pool, [](float u, float v) { return u + v; });
+}
+
+void mul(const Tensor& a, const Tensor& b, Tensor& y, ThreadPool* pool) {
+  binary("mul", a, b, y, pool, [](float u, float v) { return u * v; });
+}
+
+void zeros(Tensor& y) {
+  if (!y.defined() || y.device() != Device::kCpu || !y.is_contiguous()) {
+    bad_tensor("zeros", y, "output y", "a contiguous host tensor");
+  }
+  if (y.nbytes() > 0) std::memset(y.raw_data(), 0, y.nbytes());
 }
 
 void add_rows(const Tensor& a, const Tensor& row, Tensor& y, ThreadPool* pool) {

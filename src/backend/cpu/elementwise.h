@@ -3,10 +3,25 @@
 // memory as x (partial overlap is refused). `pool` is optional: null runs on the caller.
 #pragma once
 
+#include <cmath>
+
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 
 namespace bev::cpu {
+
+// The scalar formulas of sigmoid and inverse_sigmoid below, shared with the kernels that fuse
+// them (attention_glue's reference_refine), so both agree bit for bit.
+inline float sigmoid_scalar(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+inline float inverse_sigmoid_scalar(float x, float eps) {
+  // Comparisons written so that NaN falls through every clamp, as torch.clamp lets it.
+  const float v = x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x);
+  const float x1 = v < eps ? eps : v;
+  const float one_minus = 1.0f - v;
+  const float x2 = one_minus < eps ? eps : one_minus;
+  return std::log(x1 / x2);
+}
 
 // LayerNorm over the last dim C (x viewed as [M, C]); gamma, beta [C]. Two passes per row in
 // f32 (mean, then mean of squared deviations, biased variance as PyTorch), so a large mean does
@@ -29,8 +44,16 @@ void sigmoid(const Tensor& x, Tensor& y, ThreadPool* pool = nullptr);
 // eps is 1e-5 (InverseSigmoidAttrs' default). In place allowed.
 void inverse_sigmoid(const Tensor& x, float eps, Tensor& y, ThreadPool* pool = nullptr);
 
-// y = a + b, all of one shape. y may be a or b.
+// y = a + b and y = a * b (f32, one rounding each). b has a's rank and each extent equal to
+// a's or 1 (numpy broadcasting of b only); y has a's shape. Equal shapes take a flat loop and y
+// may be a or b; otherwise dims are merged into runs that b broadcasts or follows, and y may be
+// a but must not overlap b. Operand order is a then b (IEEE + and * commute, so it does not
+// change a bit).
 void add(const Tensor& a, const Tensor& b, Tensor& y, ThreadPool* pool = nullptr);
+void mul(const Tensor& a, const Tensor& b, Tensor& y, ThreadPool* pool = nullptr);
+
+// y = 0 (all bytes zero, so 0.0f for f32); any dtype, contiguous host.
+void zeros(Tensor& y);
 
 // y[m, :] = a[m, :] + row[:] (a viewed as [M, C], row [C]). y may be a.
 void add_rows(const Tensor& a, const Tensor& row, Tensor& y, ThreadPool* pool = nullptr);

@@ -25,16 +25,17 @@ void expect_contiguous(const char* op, const Tensor& t, const std::string& what,
   }
 }
 
-// Row indices in [0, rows), checked before any write so a bad index leaves dst untouched.
+// Row indices in [0, rows) or -1 (padding), checked before any write so a bad index leaves dst
+// untouched.
 const int64_t* checked_indices(const char* op, const Tensor& idx, int64_t count, int64_t rows) {
   expect(op, idx, "idx", DType::kI64, {count});
   const int64_t* ip = idx.data<int64_t>();
   for (int64_t m = 0; m < count; ++m) {
-    if (ip[m] < 0 || ip[m] >= rows) {
+    if (ip[m] < -1 || ip[m] >= rows) {
       throw Error(ErrorKind::kInvalidInput, "idx[" + std::to_string(m) + "] = " + std::to_string(ip[m]) +
                                                 " is out of range")
           .where(op)
-          .expected("indices in [0, " + std::to_string(rows) + ")");
+          .expected("indices in [0, " + std::to_string(rows) + ") or -1 (padding)");
     }
   }
   return ip;
@@ -171,7 +172,13 @@ void gather_rows(const Tensor& src, const Tensor& idx, Tensor& dst) {
   const size_t row_bytes = static_cast<size_t>(src.size(0) ? src.numel() / src.size(0) : 0) * dtype_size(src.dtype());
   const auto* sp = static_cast<const char*>(src.raw_data());
   auto* dp = static_cast<char*>(dst.raw_data());
-  for (int64_t i = 0; i < m; ++i) std::memmove(dp + i * row_bytes, sp + ip[i] * row_bytes, row_bytes);
+  for (int64_t i = 0; i < m; ++i) {
+    if (ip[i] < 0) {
+      std::memset(dp + i * row_bytes, 0, row_bytes);  // padding: all-zero bytes, 0 in every dtype
+    } else {
+      std::memmove(dp + i * row_bytes, sp + ip[i] * row_bytes, row_bytes);
+    }
+  }
 }
 
 void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& dst) {
@@ -187,6 +194,7 @@ void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& dst) {
   const float* sp = src.data<float>();
   float* dp = dst.data<float>();
   for (int64_t i = 0; i < m; ++i) {
+    if (ip[i] < 0) continue;  // padding
     float* d = dp + ip[i] * c;
     const float* s = sp + i * c;
     for (int64_t j = 0; j < c; ++j) d[j] += s[j];

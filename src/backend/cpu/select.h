@@ -16,12 +16,15 @@ namespace bev::cpu {
 // and -0.0 equals +0.0.
 void topk(const Tensor& scores, int64_t k, Tensor& values, Tensor& indices);
 
-// dst[m, :] = src[idx[m], :]. src [N, C] and dst [M, C] contiguous, any (same) dtype; idx [M]
-// i64. Every index is checked against [0, N) before anything is written.
+// dst[m, :] = src[idx[m], :], or a row of zeros (all-zero bytes) where idx[m] = -1: padding,
+// e.g. the empty slots of SCA's per-camera query lists. src [N, C] and dst [M, C] contiguous,
+// any (same) dtype; idx [M] i64. Every index is checked to be -1 or in [0, N) before anything
+// is written, so a bad index (< -1 or >= N) throws and leaves dst untouched.
 void gather_rows(const Tensor& src, const Tensor& idx, Tensor& dst);
 
 // dst[idx[m], :] += src[m, :] in increasing m (duplicates accumulate in that order, so the
-// result is deterministic). src [M, C] f32, idx [M] i64, dst [N, C] f32; indices checked first.
+// result is deterministic); rows with idx[m] = -1 (padding) are skipped. src [M, C] f32, idx [M]
+// i64, dst [N, C] f32; indices checked (-1 or in [0, N)) before anything is written.
 void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& dst);
 
 // Concatenation of contiguous tensors of one dtype along `axis` (negative counts from the
