@@ -1,0 +1,160 @@
+#include "model/attention.h"
+
+#include <cmath>
+
+#include "bevformer/error.h"
+
+namespace bev {
+namespace {
+
+// A [1, 1] constant for broadcast multiplies; recorded plans keep it alive through the node.
+Tensor scalar(float v) { return Tensor::from_floats({1, 1}, std::vector<float>{v}); }
+
+void require(bool ok, const std::string& what, const std::string& expected) {
+  if (!ok) throw Error(ErrorKind::kUnsupported, what).expected(expected);
+}
+
+}  // namespace
+
+// ---- FFN ----
+
+FfnWeights load_ffn(Ops& ops, const WeightSource& w, const std::string& prefix) {
+  return {load_linear(ops, w, prefix + ".layers.0.0", /*relu=*/true), load_linear(ops, w, prefix + ".layers.1")};
+}
+
+Tensor ffn_forward(Ops& ops, const FfnWeights& f, const Tensor& x, const std::string& label) {
+  const Tensor h = ops.linear(x, f.fc1, label + ".layers.0");
+  return ops.add(x, ops.linear(h, f.fc2, label + ".layers.1"), label);
+}
+
+// ---- TemporalSelfAttention ----
+
+TsaWeights load_tsa(Ops& ops, const WeightSource& w, const std::string& p) {
+  return {load_linear(ops, w, p + ".sampling_offsets"), load_linear(ops, w, p + ".attention_weights"),
+          load_linear(ops, w, p + ".value_proj"), load_linear(ops, w, p + ".output_proj")};
+}
+
+Tensor tsa_forward(Ops& ops, const TsaWeights& w, const DeformAttnConfig& cfg, int num_bev_queue, const Tensor& x,
+                   const TsaInputs& in, const std::string& label) {
+  require(cfg.num_levels == 1, "TSA with " + std::to_string(cfg.num_levels) + " levels", "1 (the BEV is one level)");
+  require(num_bev_queue == 2, "TSA num_bev_queue " + std::to_string(num_bev_queue), "2 (previous and current BEV)");
+  const int64_t hw = x.size(0), c = x.size(1), heads = cfg.num_heads, points = cfg.num_points;
+  const int64_t queue = num_bev_queue;
+  // The two queue entries become two "levels" of one MSDA call: value rows [prev | current],
+  // offsets laid out (head, queue, point, xy) exactly as MSDA's (head, level, point, xy).
+  const Tensor value =
+      ops.linear(ops.concat({in.value0, in.value1}, 0, label + ".value"), w.value_proj, label + ".value_proj")
+          .reshape({1, queue * hw, heads, c / heads});
+  const Tensor query = ops.add(x, in.bev_pos, label + ".query");
+  const Tensor qcat = ops.concat({in.value0, query}, 1, label + ".query_cat");
+  const Tensor offsets =
+      ops.linear(qcat, w.sampling_offsets, label + ".sampling_offsets").reshape({hw, heads, queue, points, 2});
+  // Softmax over the points of each queue entry separately (spec §5.2).
+  const Tensor weights = ops.softmax(ops.linear(qcat, w.attention_weights, label + ".attention_weights")
+                                         .reshape({hw * heads * queue, points}),
+                                     label + ".attention_softmax")
+                             .reshape({1, hw, heads, queue, points});
+  SamplingLocationsAttrs la;
+  la.spatial_shapes.assign(static_cast<size_t>(queue), {in.bev_h, in.bev_w});
+  const Tensor loc = ops.sampling_locations(offsets, in.reference, la, label + ".sampling_locations")
+                         .reshape({1, hw, heads, queue, points, 2});
+  MsdaAttrs ma;
+  ma.spatial_shapes = la.spatial_shapes;
+  for (int64_t q = 0; q < queue; ++q) ma.level_start.push_back(q * hw);
+  const Tensor summed = ops.msda(value, loc, weights, ma, label + ".msda").reshape({hw, c});
+  const Tensor mean = ops.mul(summed, scalar(1.0f / static_cast<float>(queue)), label + ".queue_mean");
+  return ops.add(x, ops.linear(mean, w.output_proj, label + ".output_proj"), label);
+}
+
+// ---- SpatialCrossAttention ----
+
+ScaWeights load_sca(Ops& ops, const WeightSource& w, const std::string& p) {
+  const std::string d = p + ".deformable_attention";
+  return {load_linear(ops, w, d + ".sampling_offsets"), load_linear(ops, w, d + ".attention_weights"),
+          load_linear(ops, w, d + ".value_proj"), load_linear(ops, w, p + ".output_proj")};
+}
+
+Tensor sca_forward(Ops& ops, const ScaWeights& w, const DeformAttnConfig& cfg, const Tensor& x, const ScaInputs& in,
+                   const std::string& label) {
+  const int64_t hw = x.size(0), c = x.size(1), heads = cfg.num_heads, levels = cfg.num_levels,
+                points = cfg.num_points;
+  const int64_t cams = in.value.size(0), slots_total = in.query_index.size(0), max_len = slots_total / cams;
+  // Rebatch: each camera's visible BEV cells, padded with zero queries (spec §2.9).
+  const Tensor queries = ops.gather_rows(x, in.query_index, label + ".rebatch");
+  const Tensor offsets = ops.linear(queries, w.sampling_offsets, label + ".sampling_offsets")
+                             .reshape({slots_total, heads, levels, points, 2});
+  const Tensor weights = ops.softmax(ops.linear(queries, w.attention_weights, label + ".attention_weights")
+                                         .reshape({slots_total * heads, levels * points}),
+                                     label + ".attention_softmax")
+                             .reshape({cams, max_len, heads, levels, points});
+  SamplingLocationsAttrs la{in.spatial_shapes};
+  const Tensor loc = ops.sampling_locations(offsets, in.reference, la, label + ".sampling_locations")
+                         .reshape({cams, max_len, heads, levels, points, 2});
+  const Tensor sampled = ops.msda(in.value, loc, weights, {in.spatial_shapes, in.level_start}, label + ".msda")
+                             .reshape({slots_total, c});
+  Tensor slots = ops.zeros({hw, c}, label + ".slots");
+  slots = ops.scatter_add_rows(sampled, in.query_index, slots, label + ".scatter");
+  slots = ops.mul(slots, in.inv_count, label + ".count_mean");
+  return ops.add(x, ops.linear(slots, w.output_proj, label + ".output_proj"), label);
+}
+
+// ---- nn.MultiheadAttention ----
+
+MhaWeights load_mha(Ops& ops, const WeightSource& w, const std::string& p, int embed_dims) {
+  const Tensor in_w = w.get(p + ".attn.in_proj_weight"), in_b = w.get(p + ".attn.in_proj_bias");
+  auto part = [&](int64_t k) {
+    const Tensor wk = in_w.slice(0, k * embed_dims, (k + 1) * embed_dims).contiguous();
+    const Tensor bk = in_b.slice(0, k * embed_dims, (k + 1) * embed_dims).contiguous();
+    return ops.prepare_linear(wk, &bk, {});
+  };
+  return {part(0), part(1), part(2), load_linear(ops, w, p + ".attn.out_proj")};
+}
+
+Tensor mha_forward(Ops& ops, const MhaWeights& w, int num_heads, const Tensor& x, const Tensor& pos,
+                   const std::string& label) {
+  const int64_t q_len = x.size(0), c = x.size(1), hd = c / num_heads;
+  const Tensor qk = ops.add(x, pos, label + ".query");
+  auto heads = [&](const Tensor& t, const std::string& name) {
+    return ops.permute(t.reshape({q_len, num_heads, hd}), {1, 0, 2}, label + "." + name + "_heads");
+  };
+  const Tensor q = heads(ops.linear(qk, w.q_proj, label + ".q_proj"), "q");
+  const Tensor k = heads(ops.linear(qk, w.k_proj, label + ".k_proj"), "k");
+  const Tensor v = heads(ops.linear(x, w.v_proj, label + ".v_proj"), "v");
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const Tensor attn = ops.softmax(ops.batched_matmul(q, k, {.transpose_b = true, .scale = scale}, label + ".scores"),
+                                  label + ".softmax");
+  const Tensor ctx = ops.permute(ops.batched_matmul(attn, v, {}, label + ".context"), {1, 0, 2}, label + ".merge")
+                         .reshape({q_len, c});
+  return ops.add(x, ops.linear(ctx, w.out_proj, label + ".out_proj"), label);
+}
+
+// ---- CustomMSDeformableAttention ----
+
+DecoderCrossWeights load_decoder_cross(Ops& ops, const WeightSource& w, const std::string& p) {
+  return {load_linear(ops, w, p + ".sampling_offsets"), load_linear(ops, w, p + ".attention_weights"),
+          load_linear(ops, w, p + ".value_proj"), load_linear(ops, w, p + ".output_proj")};
+}
+
+Tensor decoder_cross_forward(Ops& ops, const DecoderCrossWeights& w, const DeformAttnConfig& cfg, const Tensor& x,
+                             const Tensor& pos, const Tensor& value, const Tensor& reference, int bev_h, int bev_w,
+                             const std::string& label) {
+  require(cfg.num_levels == 1, "decoder cross-attention with " + std::to_string(cfg.num_levels) + " levels",
+          "1 (the BEV is one level)");
+  const int64_t q_len = x.size(0), c = x.size(1), heads = cfg.num_heads, points = cfg.num_points;
+  const Tensor query = ops.add(x, pos, label + ".query");
+  const Tensor offsets =
+      ops.linear(query, w.sampling_offsets, label + ".sampling_offsets").reshape({q_len, heads, 1, points, 2});
+  const Tensor weights = ops.softmax(ops.linear(query, w.attention_weights, label + ".attention_weights")
+                                         .reshape({q_len * heads, points}),
+                                     label + ".attention_softmax")
+                             .reshape({1, q_len, heads, 1, points});
+  SamplingLocationsAttrs la;
+  la.spatial_shapes = {{bev_h, bev_w}};
+  const Tensor loc = ops.sampling_locations(offsets, reference.reshape({q_len, 1, 1, 3}), la,
+                                            label + ".sampling_locations")
+                         .reshape({1, q_len, heads, 1, points, 2});
+  const Tensor out = ops.msda(value, loc, weights, {la.spatial_shapes, {0}}, label + ".msda").reshape({q_len, c});
+  return ops.add(x, ops.linear(out, w.output_proj, label + ".output_proj"), label);
+}
+
+}  // namespace bev

@@ -1,0 +1,90 @@
+// The transformer bricks of BEVFormer, one per upstream module (spec §2.9, §2.11):
+//   TemporalSelfAttention       (encoder attentions.0)
+//   SpatialCrossAttention       (encoder attentions.1, wrapping MSDeformableAttention3D)
+//   MultiheadAttention          (decoder attentions.0, nn.MultiheadAttention)
+//   CustomMSDeformableAttention (decoder attentions.1)
+//   FFN                         (mmcv FFN: Linear + ReLU, Linear, + identity)
+// Activations are token-major [tokens, C] (batch 1). Each forward includes the module's residual.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/ops.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace bev {
+
+using SpatialShapes = std::vector<std::pair<int64_t, int64_t>>;  // (H, W) per level
+
+// mmcv FFN: `<p>.layers.0.0` Linear(C, F) + ReLU, `<p>.layers.1` Linear(F, C).
+struct FfnWeights {
+  PreparedWeights fc1, fc2;
+};
+FfnWeights load_ffn(Ops& ops, const WeightSource& w, const std::string& prefix);
+Tensor ffn_forward(Ops& ops, const FfnWeights& f, const Tensor& x, const std::string& label);
+
+// TemporalSelfAttention: `<p>.{sampling_offsets, attention_weights, value_proj, output_proj}`.
+struct TsaWeights {
+  PreparedWeights sampling_offsets;   // [heads*queue*levels*points*2, 2C]
+  PreparedWeights attention_weights;  // [heads*queue*levels*points, 2C]
+  PreparedWeights value_proj, output_proj;
+};
+TsaWeights load_tsa(Ops& ops, const WeightSource& w, const std::string& prefix);
+
+struct TsaInputs {
+  Tensor value0;     // [HW, C]: the rotated previous BEV, or the layer input without history
+  Tensor value1;     // [HW, C]: the encoder's input query with history, else the layer input
+  Tensor bev_pos;    // [HW, C]
+  Tensor reference;  // f32 [HW, queue, 1, 2]: hybrid reference points (geometry.h tsa_reference)
+  int bev_h = 0, bev_w = 0;
+};
+// query x [HW, C] -> x + output_proj(mean over queues of MSDA(value_q, ref_q + offsets))
+Tensor tsa_forward(Ops& ops, const TsaWeights& w, const DeformAttnConfig& cfg, int num_bev_queue, const Tensor& x,
+                   const TsaInputs& in, const std::string& label);
+
+// SpatialCrossAttention: `<p>.deformable_attention.{sampling_offsets, attention_weights,
+// value_proj}` (MSDeformableAttention3D; value_proj runs in the image stage) and `<p>.output_proj`.
+struct ScaWeights {
+  PreparedWeights sampling_offsets;   // [heads*levels*points*2, C]
+  PreparedWeights attention_weights;  // [heads*levels*points, C]
+  PreparedWeights value_proj;         // applied to the camera features (image stage)
+  PreparedWeights output_proj;
+};
+ScaWeights load_sca(Ops& ops, const WeightSource& w, const std::string& prefix);
+
+struct ScaInputs {
+  Tensor value;        // [N, L_tot, heads, hd]: value_proj of the camera features (image stage)
+  SpatialShapes spatial_shapes;
+  std::vector<int64_t> level_start;
+  Tensor query_index;  // i64 [N*max_len]: BEV cell per rebatched slot, -1 = padding
+  Tensor reference;    // f32 [N*max_len, 1, D, 2]: reference_points_cam per slot
+  Tensor inv_count;    // f32 [HW, 1]: 1 / max(cameras seeing the cell, 1)
+};
+// query x [HW, C] -> x + output_proj(sum over cameras of MSDA3D(x[cells of cam]) / count)
+Tensor sca_forward(Ops& ops, const ScaWeights& w, const DeformAttnConfig& cfg, const Tensor& x, const ScaInputs& in,
+                   const std::string& label);
+
+// nn.MultiheadAttention: `<p>.attn.{in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias}`.
+struct MhaWeights {
+  PreparedWeights q_proj, k_proj, v_proj, out_proj;  // in_proj rows [0,C), [C,2C), [2C,3C)
+};
+MhaWeights load_mha(Ops& ops, const WeightSource& w, const std::string& prefix, int embed_dims);
+// x [Q, C]: q = k = x + pos, v = x; softmax(q k^T / sqrt(hd)) v per head, out_proj, + x.
+Tensor mha_forward(Ops& ops, const MhaWeights& w, int num_heads, const Tensor& x, const Tensor& pos,
+                   const std::string& label);
+
+// CustomMSDeformableAttention: `<p>.{sampling_offsets, attention_weights, value_proj, output_proj}`.
+struct DecoderCrossWeights {
+  PreparedWeights sampling_offsets, attention_weights, value_proj, output_proj;
+};
+DecoderCrossWeights load_decoder_cross(Ops& ops, const WeightSource& w, const std::string& prefix);
+// x [Q, C], pos [Q, C], value [1, HW, heads, hd] (value_proj of the BEV), reference [Q, 3]
+// (sigmoid space; x, y used) -> x + output_proj(MSDA(value, ref + offsets(x + pos))).
+Tensor decoder_cross_forward(Ops& ops, const DecoderCrossWeights& w, const DeformAttnConfig& cfg, const Tensor& x,
+                             const Tensor& pos, const Tensor& value, const Tensor& reference, int bev_h, int bev_w,
+                             const std::string& label);
+
+}  // namespace bev

@@ -1,0 +1,59 @@
+// BEVFormer: the weights of a checkpoint bound to a backend, and one frame's forward in the two
+// stages of DESIGN §1 — `image` (backbone, neck, SCA value projections) and `bev` (encoder,
+// decoder, heads, top-k) — with the temporal history (previous BEV, pose) of forward_test.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/tensor.h"
+#include "io/checkpoint.h"
+#include "model/coder.h"
+#include "model/config.h"
+#include "model/taps.h"
+
+namespace bev {
+
+// One frame as upstream's forward_test receives it (after the test pipeline).
+struct FrameInput {
+  Tensor img;  // f32 [N, 3, H_pad, W_pad]: normalized, padded network input (NCHW, as upstream)
+  std::vector<std::array<double, 16>> lidar2img;  // per camera, row-major 4x4 at the padded image's scale
+  std::array<double, 18> can_bus{};                // absolute, BEFORE the test-time delta (spec §3)
+  std::string scene_token;                         // a change drops the history
+};
+
+struct FrameOutput {
+  Tensor bev_embed;       // f32 [HW, C]: the encoder output (the next frame's prev_bev)
+  Tensor all_cls_scores;  // f32 [layers, Q, classes]: logits
+  Tensor all_bbox_preds;  // f32 [layers, Q, code_size]: centres in metres (spec §2.13)
+  std::vector<Detection> detections;  // NMSFreeCoder output of the last layer, by score
+  bool used_history = false;          // TSA saw the previous BEV
+};
+
+class BevFormer {
+ public:
+  // Binds and validates every weight the config needs (all problems reported at once) and
+  // prepares them on `backend` (BN folded, weights packed). The checkpoint's tensors are
+  // copied where prepared; it need not outlive the model.
+  BevFormer(ModelConfig cfg, const Checkpoint& checkpoint, Backend& backend);
+  ~BevFormer();
+  BevFormer(const BevFormer&) = delete;
+  BevFormer& operator=(const BevFormer&) = delete;
+
+  const ModelConfig& config() const;
+
+  // Runs one frame (both stages, eagerly) and carries the history to the next call, exactly as
+  // BEVFormer.forward_test. `taps` receives every golden-set tensor name it can produce.
+  FrameOutput forward(const FrameInput& frame, Taps* taps = nullptr);
+  void reset_history();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace bev

@@ -1,0 +1,28 @@
+// NMSFreeCoder.decode + get_bboxes (spec §2.14), on the host: the last layer's top-k scores and
+// box codes in, boxes out.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+
+namespace bev {
+
+struct Detection {
+  std::array<float, 9> box{};  // x, y, z_bottom, w, l, h, yaw, vx, vy (LiDAR frame)
+  float score = 0;             // sigmoid score
+  int label = 0;               // class index
+  int64_t query = 0;           // the decoder query it came from
+};
+
+// scores/indices: topk of the flattened sigmoid scores (f32 [k], i64 [k], index = query * classes
+// + class); bbox_preds: the last layer's f32 [Q, code_size] (centres in metres). Boxes whose
+// centre lies outside post_center_range are dropped; score_threshold applies when set.
+std::vector<Detection> decode_detections(const HeadConfig& head, const Tensor& top_scores, const Tensor& top_indices,
+                                         const Tensor& bbox_preds);
+
+}  // namespace bev

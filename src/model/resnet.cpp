@@ -1,0 +1,100 @@
+#include "model/resnet.h"
+
+#include <algorithm>
+#include <string>
+
+#include "backend/batch_norm.h"
+#include "bevformer/error.h"
+
+namespace bev {
+namespace {
+
+Conv2dAttrs conv_attrs(int stride, int pad, bool relu, bool residual = false) {
+  Conv2dAttrs a;
+  a.stride_h = a.stride_w = stride;
+  a.pad_h = a.pad_w = pad;
+  a.relu = relu;
+  a.residual = residual;
+  return a;
+}
+
+BottleneckWeights load_bottleneck(Ops& ops, const WeightSource& w, const BackboneConfig& cfg, const std::string& p,
+                                  int stride, bool dcn, bool downsample) {
+  // pytorch style strides the 3x3, caffe style the first 1x1 (mmdet Bottleneck.conv1_stride).
+  const int s1 = cfg.style == ResNetStyle::kCaffe ? stride : 1;
+  const int s2 = cfg.style == ResNetStyle::kCaffe ? 1 : stride;
+  BottleneckWeights b;
+  b.dcn = dcn;
+  b.has_downsample = downsample;
+  b.conv1 = load_conv_bn(ops, w, p + ".conv1", p + ".bn1", cfg.norm_eps, conv_attrs(s1, 0, true));
+  if (dcn) {
+    const Tensor off_b = w.get(p + ".conv2.conv_offset.bias");
+    b.conv2_offset = ops.prepare_conv2d(w.get(p + ".conv2.conv_offset.weight"), &off_b, conv_attrs(s2, 1, false));
+    Tensor fw, fb;
+    fold_batch_norm(w.get(p + ".conv2.weight"), nullptr, w.get(p + ".bn2.weight"), w.get(p + ".bn2.bias"),
+                    w.get(p + ".bn2.running_mean"), w.get(p + ".bn2.running_var"), static_cast<float>(cfg.norm_eps),
+                    &fw, &fb);
+    b.conv2 = ops.prepare_deform_conv2d(fw, &fb, {.stride = s2, .pad = 1, .dilation = 1});
+  } else {
+    b.conv2 = load_conv_bn(ops, w, p + ".conv2", p + ".bn2", cfg.norm_eps, conv_attrs(s2, 1, true));
+  }
+  b.conv3 = load_conv_bn(ops, w, p + ".conv3", p + ".bn3", cfg.norm_eps, conv_attrs(1, 0, true, true));
+  if (downsample) {
+    b.downsample = load_conv_bn(ops, w, p + ".downsample.0", p + ".downsample.1", cfg.norm_eps, conv_attrs(stride, 0, false));
+  }
+  return b;
+}
+
+Tensor bottleneck_forward(Ops& ops, const BottleneckWeights& b, const Tensor& x, const std::string& p) {
+  const Tensor identity = b.has_downsample ? ops.conv2d(x, b.downsample, nullptr, p + ".downsample") : x;
+  const Tensor out1 = ops.conv2d(x, b.conv1, nullptr, p + ".conv1");
+  Tensor out2;
+  if (b.dcn) {
+    const Tensor offset_mask = ops.conv2d(out1, b.conv2_offset, nullptr, p + ".conv2.conv_offset");
+    out2 = ops.relu(ops.deform_conv2d(out1, offset_mask, b.conv2, p + ".conv2"), p + ".relu2");
+  } else {
+    out2 = ops.conv2d(out1, b.conv2, nullptr, p + ".conv2");
+  }
+  return ops.conv2d(out2, b.conv3, &identity, p + ".conv3");
+}
+
+}  // namespace
+
+ResNetWeights load_resnet(Ops& ops, const WeightSource& w, const BackboneConfig& cfg) {
+  if (cfg.in_channels != 3) {
+    throw Error(ErrorKind::kUnsupported, "img_backbone.in_channels is " + std::to_string(cfg.in_channels))
+        .expected("3 (camera images)");
+  }
+  ResNetWeights r;
+  r.stem = load_conv_bn(ops, w, "img_backbone.conv1", "img_backbone.bn1", cfg.norm_eps, conv_attrs(2, 3, true));
+  const std::vector<int> blocks = resnet_stage_blocks(cfg);
+  for (int s = 0; s < cfg.num_stages; ++s) {
+    std::vector<BottleneckWeights> stage;
+    for (int b = 0; b < blocks[static_cast<size_t>(s)]; ++b) {
+      const std::string p = "img_backbone.layer" + std::to_string(s + 1) + "." + std::to_string(b);
+      const int stride = b == 0 ? cfg.strides[static_cast<size_t>(s)] : 1;
+      stage.push_back(load_bottleneck(ops, w, cfg, p, stride, resnet_stage_has_dcn(cfg, s), b == 0));
+    }
+    r.stages.push_back(std::move(stage));
+  }
+  return r;
+}
+
+std::vector<Tensor> resnet_forward(Ops& ops, const ResNetWeights& w, const BackboneConfig& cfg, const Tensor& x) {
+  ops.set_stage("img.stem");
+  Tensor h = ops.max_pool2d(ops.conv2d(x, w.stem, nullptr, "img_backbone.conv1"), "img_backbone.maxpool");
+  std::vector<Tensor> outs;
+  const int last = *std::max_element(cfg.out_indices.begin(), cfg.out_indices.end());
+  for (int s = 0; s <= last; ++s) {
+    const std::string layer = "layer" + std::to_string(s + 1);
+    ops.set_stage("img." + layer);
+    const auto& stage = w.stages[static_cast<size_t>(s)];
+    for (size_t b = 0; b < stage.size(); ++b) {
+      h = bottleneck_forward(ops, stage[b], h, "img_backbone." + layer + "." + std::to_string(b));
+    }
+    if (std::find(cfg.out_indices.begin(), cfg.out_indices.end(), s) != cfg.out_indices.end()) outs.push_back(h);
+  }
+  return outs;
+}
+
+}  // namespace bev

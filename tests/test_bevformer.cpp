@@ -1,0 +1,198 @@
+// BEVFormer's forward beyond the golden set: the engine must stay general (other grids, styles,
+// level and layer counts, camera counts), keep history exactly as forward_test does, and refuse
+// bad frames and misfit checkpoints with one clear error without corrupting its state.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "backend/backend.h"
+#include "model/bevformer.h"
+#include "model/param_spec.h"
+#include "model/synthetic.h"
+
+namespace bev {
+namespace {
+
+ModelConfig micro() { return load_config(std::string(BEV_SHARED_DIR) + "/golden/micro/config.json"); }
+
+bool all_finite(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  for (int64_t i = 0; i < c.numel(); ++i) {
+    if (!std::isfinite(c.data<float>()[i])) return false;
+  }
+  return true;
+}
+
+bool identical(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+}
+
+void expect_sane(const ModelConfig& cfg, const FrameOutput& out) {
+  const int64_t hw = int64_t{cfg.head.bev_h} * cfg.head.bev_w, q = cfg.head.num_query;
+  EXPECT_EQ(out.bev_embed.shape(), (Shape{hw, cfg.transformer.embed_dims}));
+  EXPECT_EQ(out.all_cls_scores.shape(), (Shape{cfg.transformer.decoder_layers, q, cfg.head.num_classes}));
+  EXPECT_EQ(out.all_bbox_preds.shape(), (Shape{cfg.transformer.decoder_layers, q, cfg.head.code_size}));
+  EXPECT_TRUE(all_finite(out.bev_embed));
+  EXPECT_TRUE(all_finite(out.all_cls_scores));
+  EXPECT_TRUE(all_finite(out.all_bbox_preds));
+  EXPECT_EQ(static_cast<int64_t>(out.detections.size()),
+            std::min<int64_t>(cfg.head.max_num, q * cfg.head.num_classes));
+  for (size_t i = 1; i < out.detections.size(); ++i) {
+    EXPECT_GE(out.detections[i - 1].score, out.detections[i].score);
+  }
+}
+
+// Runs two frames of a synthetic drive; the second uses the history.
+void run_two_frames(const ModelConfig& cfg) {
+  auto backend = make_cpu_backend(2, Precision::kF32);
+  const Checkpoint ck = random_checkpoint(cfg, 3);
+  BevFormer model(cfg, ck, *backend);
+  const FrameOutput a = model.forward(synthetic_frame(cfg, 3, 0));
+  EXPECT_FALSE(a.used_history);
+  expect_sane(cfg, a);
+  const FrameOutput b = model.forward(synthetic_frame(cfg, 3, 1));
+  EXPECT_TRUE(b.used_history);
+  expect_sane(cfg, b);
+}
+
+TEST(BevFormerGeneral, MicroAsPublished) { run_two_frames(micro()); }
+
+TEST(BevFormerGeneral, RectangularBevGrid) {
+  ModelConfig cfg = micro();
+  cfg.head.bev_h = 14;
+  cfg.head.bev_w = 23;
+  cfg.head.pos_row_num_embed = 14;
+  cfg.head.pos_col_num_embed = 23;
+  run_two_frames(cfg);
+}
+
+TEST(BevFormerGeneral, PytorchStyleSingleLevelNoDcnLikeTiny) {
+  ModelConfig cfg = micro();
+  cfg.backbone.style = ResNetStyle::kPytorch;
+  cfg.backbone.dcn = false;
+  cfg.backbone.stage_with_dcn = {false, false, false, false};
+  cfg.backbone.out_indices = {3};
+  cfg.neck.in_channels = {64};
+  cfg.neck.num_outs = 1;
+  cfg.transformer.sca.num_levels = 1;
+  run_two_frames(cfg);
+}
+
+TEST(BevFormerGeneral, TwoExtraLevelsWithReluBetween) {
+  ModelConfig cfg = micro();
+  cfg.backbone.out_indices = {2, 3};
+  cfg.neck.in_channels = {32, 64};
+  cfg.neck.num_outs = 4;  // two extra stride-2 convs, ReLU before the second
+  cfg.transformer.sca.num_levels = 4;
+  run_two_frames(cfg);
+}
+
+TEST(BevFormerGeneral, MoreLayersFewerCamerasNoBoxRefine) {
+  ModelConfig cfg = micro();
+  cfg.transformer.encoder_layers = 3;
+  cfg.transformer.decoder_layers = 3;
+  cfg.transformer.num_cams = 5;
+  cfg.head.with_box_refine = false;
+  run_two_frames(cfg);
+}
+
+TEST(BevFormerGeneral, ShiftAliasSwitchChangesOnlyFramesWithHistory) {
+  ModelConfig clone_cfg = micro();
+  ModelConfig alias_cfg = micro();
+  alias_cfg.transformer.shift_ref_2d_alias = true;
+  auto backend = make_cpu_backend(2, Precision::kF32);
+  const Checkpoint ck = random_checkpoint(clone_cfg, 5);
+  BevFormer a(clone_cfg, ck, *backend), b(alias_cfg, ck, *backend);
+  EXPECT_TRUE(identical(a.forward(synthetic_frame(clone_cfg, 5, 0)).bev_embed,
+                        b.forward(synthetic_frame(alias_cfg, 5, 0)).bev_embed));
+  EXPECT_FALSE(identical(a.forward(synthetic_frame(clone_cfg, 5, 1)).bev_embed,
+                         b.forward(synthetic_frame(alias_cfg, 5, 1)).bev_embed));
+}
+
+TEST(BevFormerHistory, SceneChangeAndResetDropHistory) {
+  const ModelConfig cfg = micro();
+  auto backend = make_cpu_backend(2, Precision::kF32);
+  const Checkpoint ck = random_checkpoint(cfg, 7);
+  BevFormer model(cfg, ck, *backend);
+  const FrameInput f0 = synthetic_frame(cfg, 7, 0);
+  const FrameOutput first = model.forward(f0);
+  EXPECT_TRUE(model.forward(synthetic_frame(cfg, 7, 1)).used_history);
+  // The same frame in a new scene runs as a first frame: bit-identical to a fresh model.
+  FrameInput other = f0;
+  other.scene_token = "another scene";
+  const FrameOutput fresh = model.forward(other);
+  EXPECT_FALSE(fresh.used_history);
+  EXPECT_TRUE(identical(fresh.bev_embed, first.bev_embed));
+  EXPECT_TRUE(model.forward(synthetic_frame(cfg, 7, 2)).used_history == false);  // scene changed back
+  model.reset_history();
+  const FrameOutput again = model.forward(f0);
+  EXPECT_FALSE(again.used_history);
+  EXPECT_TRUE(identical(again.bev_embed, first.bev_embed));
+}
+
+TEST(BevFormerHistory, VideoTestModeOffNeverUsesHistory) {
+  ModelConfig cfg = micro();
+  cfg.video_test_mode = false;
+  auto backend = make_cpu_backend(2, Precision::kF32);
+  const Checkpoint ck = random_checkpoint(cfg, 9);
+  BevFormer model(cfg, ck, *backend);
+  model.forward(synthetic_frame(cfg, 9, 0));
+  EXPECT_FALSE(model.forward(synthetic_frame(cfg, 9, 1)).used_history);
+}
+
+TEST(BevFormerInput, BadFramesFailClearlyAndLeaveHistoryIntact) {
+  const ModelConfig cfg = micro();
+  auto backend = make_cpu_backend(2, Precision::kF32);
+  const Checkpoint ck = random_checkpoint(cfg, 11);
+  BevFormer model(cfg, ck, *backend);
+  BevFormer reference(cfg, ck, *backend);
+  model.forward(synthetic_frame(cfg, 11, 0));
+  reference.forward(synthetic_frame(cfg, 11, 0));
+
+  auto expect_invalid = [&](FrameInput f, const std::string& needle) {
+    try {
+      model.forward(f);
+      ADD_FAILURE() << "accepted a frame with " << needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  const FrameInput good = synthetic_frame(cfg, 11, 1);
+  FrameInput f = good;
+  f.img = good.img.slice(0, 0, 5).contiguous();
+  expect_invalid(f, "camera image");
+  f = good;
+  f.lidar2img.pop_back();
+  expect_invalid(f, "lidar2img");
+  f = good;
+  f.lidar2img[2][5] = std::nan("");
+  expect_invalid(f, "non-finite");
+  f = good;
+  f.can_bus[0] = INFINITY;
+  expect_invalid(f, "can_bus");
+  f = good;
+  f.img = Tensor();
+  expect_invalid(f, "img");
+  // None of that touched the history: the next good frame equals the reference's.
+  EXPECT_TRUE(identical(model.forward(good).bev_embed, reference.forward(good).bev_embed));
+}
+
+TEST(BevFormerInput, MisfitCheckpointListsEveryProblem) {
+  const ModelConfig cfg = micro();
+  ModelConfig other = cfg;
+  other.transformer.encoder_layers = 3;
+  const Checkpoint ck = random_checkpoint(other, 1);
+  auto backend = make_cpu_backend(1, Precision::kF32);
+  try {
+    BevFormer model(cfg, ck, *backend);
+    FAIL() << "accepted a checkpoint with an extra encoder layer";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
+    EXPECT_NE(std::string(e.what()).find("encoder.layers.2"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace bev
