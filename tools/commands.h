@@ -12,6 +12,7 @@ namespace bev::cli {
 using Runner = std::function<int()>;
 
 Runner add_inspect(CLI::App& app);
+Runner add_golden(CLI::App& app);
 
 // Maps an exception escaping a command to a message on stderr and an exit code.
 int report_exception();

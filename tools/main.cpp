@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
     runners[app.get_subcommands({})[before]] = std::move(r);
   };
   add(&bev::cli::add_inspect);
+  add(&bev::cli::add_golden);
 
   try {
     app.parse(argc, argv);
