@@ -8,7 +8,7 @@ PACKAGES=(
   clang libclang-rt-14-dev lld          # libFuzzer targets and sanitizer runtimes
   zlib1g-dev                            # CRC-32 of checkpoint archive entries
   nlohmann-json3-dev libcli11-dev
-  libdnnl-dev                           # oneDNN 2.6: CPU convolutions and matmuls
+  libdnnl-dev ocl-icd-opencl-dev        # oneDNN 2.6 (its CMake config needs the OpenCL headers)
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 
