@@ -3,6 +3,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <vector>
 
 #include "core/compare.h"
 #include "core/tensor.h"
@@ -102,6 +103,53 @@ TEST(Tensor, BorrowedStorageKeepsOwnerAlive) {
   EXPECT_EQ(t.data<float>()[3], 4.0f);
   t = Tensor();
   EXPECT_TRUE(w.expired());
+}
+
+TEST(SmallVector, BehavesLikeAVectorInlineAndSpilled) {
+  Shape s = {1, 2, 3};
+  EXPECT_EQ(s.size(), 3u);
+  EXPECT_EQ(s.back(), 3);
+  s.push_back(4);
+  s.insert(s.begin(), 0);
+  s.insert(s.end(), {5, 6});
+  EXPECT_EQ(s, (Shape{0, 1, 2, 3, 4, 5, 6}));
+  s.erase(s.begin() + 1);
+  EXPECT_EQ(s, (Shape{0, 2, 3, 4, 5, 6}));
+  // Past the inline capacity (8) it moves to the heap and keeps working.
+  for (int64_t v = 7; v < 40; ++v) s.push_back(v);
+  EXPECT_EQ(s.size(), 39u);
+  EXPECT_EQ(s[5], 6);
+  EXPECT_EQ(s.back(), 39);
+  s.push_back(s[0]);  // an element of the vector itself, across a growth
+  EXPECT_EQ(s.back(), 0);
+  Shape copy = s;
+  EXPECT_EQ(copy, s);
+  Shape moved = std::move(copy);
+  EXPECT_EQ(moved, s);
+  moved = Shape{9};
+  EXPECT_EQ(moved, Shape{9});
+  s.insert(s.begin() + 1, s.begin(), s.begin() + 2);  // a range of the vector itself
+  EXPECT_EQ(s[1], 0);
+  EXPECT_EQ(s[2], 2);
+  EXPECT_EQ(s[3], 2);
+  s.resize(2);
+  EXPECT_EQ(s, (Shape{0, 0}));
+  s.resize(4, 7);
+  EXPECT_EQ(s, (Shape{0, 0, 7, 7}));
+  EXPECT_LT((Shape{1, 2}), (Shape{1, 3}));
+  EXPECT_NE((Shape{1, 2}), (Shape{1, 2, 0}));
+}
+
+TEST(SmallVector, ConvertsToAndFromStdVector) {
+  const std::vector<int64_t> v = {4, 5, 6};
+  const Shape s = v;
+  EXPECT_EQ(s, (Shape{4, 5, 6}));
+  EXPECT_TRUE(s == v);
+  const std::vector<int64_t> back = s;
+  EXPECT_EQ(back, v);
+  EXPECT_EQ(Shape(v.begin(), v.end()), s);
+  EXPECT_EQ(Shape(3, 1), (Shape{1, 1, 1}));
+  EXPECT_EQ(Shape(2), (Shape{0, 0}));
 }
 
 TEST(Compare, RelativeL2AndMaxAbs) {

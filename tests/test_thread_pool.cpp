@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -32,6 +34,44 @@ TEST(ThreadPool, RethrowsAndStaysUsable) {
     for (int64_t i = b; i < e; ++i) sum += i;
   });
   EXPECT_EQ(sum.load(), 4950);
+}
+
+TEST(ThreadPool, IndexedChunksRunOnePerParticipantAtATime) {
+  for (int threads : {1, 2, 4}) {
+    ThreadPool pool(threads);
+    std::vector<std::atomic<int>> busy(static_cast<size_t>(pool.size()));
+    std::atomic<int64_t> covered{0};
+    std::atomic<bool> ok{true};
+    pool.parallel_for_indexed(10000, 7, [&](int64_t b, int64_t e, int participant) {
+      if (participant < 0 || participant >= pool.size()) {
+        ok = false;
+        return;
+      }
+      // Per-participant scratch is safe only if no two chunks share a participant at once.
+      if (busy[static_cast<size_t>(participant)].fetch_add(1) != 0) ok = false;
+      std::this_thread::yield();  // give another participant the chance to collide
+      covered += e - b;
+      busy[static_cast<size_t>(participant)].fetch_sub(1);
+    });
+    EXPECT_TRUE(ok.load()) << threads;
+    EXPECT_EQ(covered.load(), 10000) << threads;
+  }
+}
+
+TEST(FunctionRef, CallsTheReferencedCallable) {
+  int calls = 0;
+  auto add = [&calls](int a, int b) {
+    ++calls;
+    return a + b;
+  };
+  const FunctionRef<int(int, int)> f = add;
+  EXPECT_EQ(f(2, 3), 5);
+  const std::function<int(int, int)> g = [](int a, int b) { return a * b; };
+  const FunctionRef<int(int, int)> h = g;  // a std::function is a callable too
+  EXPECT_EQ(h(2, 3), 6);
+  const FunctionRef<int(int, int)> copy = f;  // copies refer to the same callable
+  EXPECT_EQ(copy(1, 1), 2);
+  EXPECT_EQ(calls, 2);
 }
 
 TEST(ThreadPool, ManyShortJobs) {

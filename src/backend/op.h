@@ -135,6 +135,7 @@ struct OpNode {
   std::vector<Tensor> outputs;
   std::shared_ptr<const void> prepared;  // backend state for weighted ops (see Backend::prepare_*)
   std::string stage = {};                 // the stage signpost (DESIGN §3), e.g. "img.layer1"; set by Ops
+  Shape weight_shape = {};                // weighted ops: OIHW or [out, in] (FLOP counts, descriptions)
 };
 
 }  // namespace bev

@@ -127,6 +127,7 @@ Tensor Ops::conv2d(const Tensor& x, const PreparedWeights& w, const Tensor* resi
   const int64_t wo = conv_out(x.size(2), static_cast<int>(ws[3]), a.stride_w, a.pad_w, a.dilation_w);
   if (ho <= 0 || wo <= 0) shape_error("conv2d", label, "input " + x.describe() + " is smaller than the kernel", "a larger map");
   OpNode n{OpKind::conv2d, std::move(label), w.attrs, {x}, {output({x.size(0), ho, wo, ws[0]})}, w.state};
+  n.weight_shape = ws;
   if (a.residual) {
     if (!residual) shape_error("conv2d", n.label, "no residual given", "a residual tensor (attrs.residual is set)");
     expect_same_shape("conv2d", n.label, *residual, n.outputs[0]);
@@ -152,8 +153,10 @@ Tensor Ops::deform_conv2d(const Tensor& x, const Tensor& offset_mask, const Prep
   if (offset_mask.shape() != om) {
     shape_error("deform_conv2d", label, "offset_mask is " + offset_mask.describe(), "f32" + shape_str(om));
   }
-  return emit({OpKind::deform_conv2d, std::move(label), w.attrs, {x, offset_mask},
-               {output({x.size(0), ho, wo, ws[0]})}, w.state});
+  OpNode n{OpKind::deform_conv2d, std::move(label), w.attrs, {x, offset_mask}, {output({x.size(0), ho, wo, ws[0]})},
+           w.state};
+  n.weight_shape = ws;
+  return emit(std::move(n));
 }
 
 Tensor Ops::max_pool2d(const Tensor& x, std::string label) {
@@ -182,7 +185,9 @@ Tensor Ops::linear(const Tensor& x, const PreparedWeights& w, std::string label)
   expect_f32("linear", label, "input", x);
   Shape ys = x.shape();
   ys.back() = out_features;
-  return emit({OpKind::linear, std::move(label), w.attrs, {x}, {output(ys)}, w.state});
+  OpNode n{OpKind::linear, std::move(label), w.attrs, {x}, {output(ys)}, w.state};
+  n.weight_shape = w.weight_shape;
+  return emit(std::move(n));
 }
 
 Tensor Ops::batched_matmul(const Tensor& a, const Tensor& b, const BatchedMatmulAttrs& attrs, std::string label) {

@@ -90,6 +90,8 @@ class Ops {
   Tensor permute(const Tensor& x, const std::vector<int64_t>& order, std::string label = {});  // contiguous copy
 
   const std::vector<OpNode>& nodes() const { return nodes_; }
+  // Hands the recorded nodes over (to a Plan) and starts a new recording.
+  std::vector<OpNode> take_nodes() { return std::exchange(nodes_, {}); }
   // Runs every recorded node again, in order, on the recorded tensors.
   void replay();
 

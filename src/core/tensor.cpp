@@ -226,7 +226,7 @@ Tensor Tensor::permute(const std::vector<int64_t>& order) const {
                                           " for " + describe());
   }
   Shape s(order.size()), st(order.size());
-  std::vector<bool> seen(order.size(), false);
+  SmallVector<bool, 8> seen(order.size(), false);  // inline: permute runs on replayed frames
   for (size_t i = 0; i < order.size(); ++i) {
     const int64_t o = order[i];
     if (o < 0 || o >= dim() || seen[static_cast<size_t>(o)]) {

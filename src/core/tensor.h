@@ -14,13 +14,16 @@
 
 #include "bevformer/error.h"
 #include "core/dtype.h"
+#include "core/small_vector.h"
 
 namespace bev {
 
 enum class Device : uint8_t { kCpu, kCuda };
 const char* device_name(Device d);
 
-using Shape = std::vector<int64_t>;
+// Extents (or strides) of a tensor, inline up to rank 8: copying a tensor or making a view never
+// allocates (see small_vector.h).
+using Shape = SmallVector<int64_t, 8>;
 
 std::string shape_str(const Shape& shape);  // "[6, 3, 64, 128]"
 // Product of the extents; throws Error on a negative extent or on overflow of int64.

@@ -19,7 +19,7 @@ ThreadPool::~ThreadPool() {
   for (auto& w : workers_) w.join();
 }
 
-void ThreadPool::run_chunks(int /*participant*/) {
+void ThreadPool::run_chunks(int participant) {
   while (true) {
     int64_t c;
     {
@@ -30,7 +30,7 @@ void ThreadPool::run_chunks(int /*participant*/) {
     const int64_t b = c * chunk_;
     const int64_t e = std::min(n_, b + chunk_);
     try {
-      (*fn_)(b, e);
+      (*fn_)(b, e, participant);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu_);
       if (!error_) error_ = std::current_exception();
@@ -56,13 +56,17 @@ void ThreadPool::worker_loop(int index) {
   }
 }
 
-void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) {
+  parallel_for_indexed(n, grain, [fn](int64_t b, int64_t e, int) { fn(b, e); });
+}
+
+void ThreadPool::parallel_for_indexed(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t, int)> fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   const int64_t max_chunks = std::max<int64_t>(1, n / grain);
   const int64_t chunks = std::min<int64_t>(max_chunks, static_cast<int64_t>(size()) * 4);
   if (workers_.empty() || chunks == 1) {
-    fn(0, n);
+    fn(0, n, 0);
     return;
   }
   {

@@ -1,14 +1,18 @@
 // A fixed pool of worker threads, one per engine (sized by Knobs), no hidden global threads.
 // parallel_for splits [0, n) into contiguous chunks; the calling thread works too, so a pool of
 // size 1 runs everything inline. Exceptions thrown by a chunk are rethrown in the caller.
+// Handing out work allocates nothing (the chunk function is taken by reference, FunctionRef), so
+// kernels of a replayed plan can use the pool.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "core/function_ref.h"
 
 namespace bev {
 
@@ -23,7 +27,11 @@ class ThreadPool {
 
   // fn(begin, end) over chunks of at least `grain` items; blocks until all chunks are done.
   // Not reentrant: a chunk must not call parallel_for on the same pool.
-  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+  void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn);
+  // The same, with the participant that runs the chunk: 0 for the calling thread, 1..size()-1
+  // for the workers. No two chunks run at once with the same participant, so it can index
+  // per-thread scratch that the caller sized once (size() slots) instead of allocating per chunk.
+  void parallel_for_indexed(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t, int)> fn);
 
  private:
   void worker_loop(int index);
@@ -36,7 +44,7 @@ class ThreadPool {
   bool stop_ = false;
   uint64_t generation_ = 0;
   // Current job.
-  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  const FunctionRef<void(int64_t, int64_t, int)>* fn_ = nullptr;
   int64_t n_ = 0;
   int64_t chunk_ = 0;
   int64_t num_chunks_ = 0;

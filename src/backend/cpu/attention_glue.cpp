@@ -16,12 +16,14 @@ void expect_f32(const char* op, const Tensor& t, const char* what, const Shape& 
   }
 }
 
-// Contiguous host f32 of rank `rank`; the extents are checked by the caller.
-void expect_f32_rank(const char* op, const Tensor& t, const char* what, int64_t rank, const std::string& shape_desc) {
-  if (!t.defined() || t.dtype() != DType::kF32 || t.device() != Device::kCpu || t.dim() != rank ||
-      !t.is_contiguous()) {
-    bad_tensor(op, t, what, "contiguous host f32 " + shape_desc);
-  }
+bool is_f32_rank(const Tensor& t, int64_t rank) {
+  return t.defined() && t.dtype() == DType::kF32 && t.device() == Device::kCpu && t.dim() == rank && t.is_contiguous();
+}
+
+// Contiguous host f32 of rank `rank`; the extents are checked by the caller. (A C string: a
+// std::string parameter would be built, and past 15 characters allocated, on every call.)
+void expect_f32_rank(const char* op, const Tensor& t, const char* what, int64_t rank, const char* shape_desc) {
+  if (!is_f32_rank(t, rank)) bad_tensor(op, t, what, std::string("contiguous host f32 ") + shape_desc);
 }
 
 // y may be the very same memory as `in` when may_alias, else it must be disjoint from it.
@@ -57,20 +59,18 @@ void sampling_locations(const Tensor& offsets, const Tensor& reference,
                         ThreadPool* pool) {
   const char* op = "sampling_locations";
   const auto levels = static_cast<int64_t>(spatial_shapes.size());
-  const std::string l_str = std::to_string(levels);
-  expect_f32_rank(op, offsets, "offsets", 5, "[M, heads, " + l_str + ", P, 2]");
-  if (offsets.size(2) != levels || offsets.size(4) != 2) {
-    bad_tensor(op, offsets, "offsets", "contiguous host f32 [M, heads, " + l_str + ", P, 2]");
+  const auto l_str = [levels] { return std::to_string(levels); };  // for errors only
+  if (!is_f32_rank(offsets, 5) || offsets.size(2) != levels || offsets.size(4) != 2) {
+    bad_tensor(op, offsets, "offsets", "contiguous host f32 [M, heads, " + l_str() + ", P, 2]");
   }
   const int64_t m_len = offsets.size(0), heads = offsets.size(1), points = offsets.size(3);
   expect_f32_rank(op, reference, "reference", 4, "[M, Lr, R, D]");
   const int64_t lr = reference.size(1), r_len = reference.size(2), d_len = reference.size(3);
   if (reference.size(0) != m_len || (lr != 1 && lr != levels) || r_len < 1 || points % r_len != 0 || d_len < 2) {
     bad_tensor(op, reference, "reference",
-               "contiguous host f32 [" + std::to_string(m_len) + ", 1 or " + l_str + ", R dividing " +
+               "contiguous host f32 [" + std::to_string(m_len) + ", 1 or " + l_str() + ", R dividing " +
                    std::to_string(points) + ", >= 2]");
   }
-  std::vector<float> width(static_cast<size_t>(levels)), height(static_cast<size_t>(levels));
   for (int64_t l = 0; l < levels; ++l) {
     const auto [h, w] = spatial_shapes[static_cast<size_t>(l)];
     if (h < 1 || w < 1) {
@@ -79,9 +79,6 @@ void sampling_locations(const Tensor& offsets, const Tensor& reference,
           .where(op)
           .expected("spatial shapes (H, W) >= 1");
     }
-    // The divisors as float, as PyTorch converts the int64 offset_normalizer in f32 / i64.
-    width[static_cast<size_t>(l)] = static_cast<float>(w);
-    height[static_cast<size_t>(l)] = static_cast<float>(h);
   }
   expect_f32(op, out, "output out", offsets.shape());
   expect_no_overlap(op, offsets, out, /*may_alias=*/true);
@@ -90,8 +87,6 @@ void sampling_locations(const Tensor& offsets, const Tensor& reference,
   const float* offp = offsets.data<float>();
   const float* rp = reference.data<float>();
   float* yp = out.data<float>();
-  const float* wl = width.data();
-  const float* hl = height.data();
   const int64_t row = heads * levels * points * 2;
   for_rows(pool, m_len, row, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {
@@ -99,7 +94,9 @@ void sampling_locations(const Tensor& offsets, const Tensor& reference,
       for (int64_t h = 0; h < heads; ++h) {
         for (int64_t l = 0; l < levels; ++l) {
           const float* ref_l = ref_m + (lr == 1 ? 0 : l) * r_len * d_len;
-          const float w = wl[l], hh = hl[l];
+          // The divisors as float, as PyTorch converts the int64 offset_normalizer in f32 / i64.
+          const float w = static_cast<float>(spatial_shapes[static_cast<size_t>(l)].second);
+          const float hh = static_cast<float>(spatial_shapes[static_cast<size_t>(l)].first);
           const int64_t base = ((m * heads + h) * levels + l) * points * 2;
           const float* o = offp + base;
           float* y = yp + base;

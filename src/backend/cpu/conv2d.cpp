@@ -7,7 +7,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <unordered_map>
+#include <span>
 #include <vector>
 
 #include "backend/cpu/onednn.h"
@@ -57,6 +57,8 @@ struct Conv2d::State {
     dnnl::reorder to_bf16;  // bf16 mode: f32 NHWC source -> src_bf16
     dnnl::memory src_bf16;
     dnnl::reorder copy_residual;  // a separate residual tensor -> y (a parallel copy)
+    // The run's tensors, bound to these before each run (made once: see cpu::bind).
+    dnnl::memory src, dst, residual;
   };
   using Key = std::array<int64_t, 3>;  // N, H, W
   std::mutex mu;
@@ -125,7 +127,12 @@ struct Conv2d::State {
       p.src_bf16 = dnnl::memory(p.pd.src_desc(), engine());
       p.to_bf16 = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), p.src_f32_md, engine(), p.pd.src_desc()));
     }
-    if (attrs.residual) p.copy_residual = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), p.dst_md, engine(), p.dst_md));
+    if (attrs.residual) {
+      p.copy_residual = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), p.dst_md, engine(), p.dst_md));
+      p.residual = unbound(p.dst_md);
+    }
+    p.src = unbound(p.src_f32_md);
+    p.dst = unbound(p.dst_md);
     return plans.emplace(key, std::move(p)).first->second;
   }
 };
@@ -241,22 +248,23 @@ void Conv2d::run(const Tensor& x, const Tensor* residual, Tensor& y) const {
   std::lock_guard<std::mutex> lock(s.mu);
   State::Plan& p = s.plan_for(out[0], x.size(1), x.size(2));
   dnnl::stream& st = stream();
-  dnnl::memory dst = wrap(y, p.dst_md);
+  bind(p.dst, y);
   if (s.attrs.residual && !in_place) {
-    dnnl::memory res = wrap(*residual, p.dst_md);
-    p.copy_residual.execute(st, res, dst);
+    bind(p.residual, *residual);
+    execute_reorder(p.copy_residual, st, p.residual, p.dst);
   }
-  dnnl::memory src = wrap(x, p.src_f32_md);
+  bind(p.src, x);
+  dnnl_memory_t src = p.src.get();
   if (s.precision == Precision::kBF16) {
-    p.to_bf16.execute(st, src, p.src_bf16);
-    src = p.src_bf16;
+    execute_reorder(p.to_bf16, st, p.src, p.src_bf16);
+    src = p.src_bf16.get();
   }
-  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, src},
-                                                {DNNL_ARG_WEIGHTS, p.weights},
-                                                {DNNL_ARG_DST, dst},
-                                                {DNNL_ARG_SCRATCHPAD, p.scratchpad}};
-  if (s.bias) args.emplace(DNNL_ARG_BIAS, s.bias);
-  p.conv.execute(st, args);
+  const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, src},
+                                  {DNNL_ARG_WEIGHTS, p.weights.get()},
+                                  {DNNL_ARG_DST, p.dst.get()},
+                                  {DNNL_ARG_SCRATCHPAD, p.scratchpad.get()},
+                                  {DNNL_ARG_BIAS, s.bias ? s.bias.get() : nullptr}};
+  execute(p.conv, st, std::span(args, s.bias ? 5 : 4));  // the bias, last, only when there is one
   st.wait();
 }
 

@@ -3,8 +3,9 @@
 //
 // Weights arrive in PyTorch OIHW f32 and are reordered once, at construction, into the layout the
 // oneDNN kernel prefers (format_tag::any), in bf16 for Precision::kBF16. A primitive is created on
-// the first run for each input shape and reused after that, together with its scratchpad (and,
-// in bf16 mode, the bf16 copy of the source), so a replayed plan allocates nothing.
+// the first run for each input shape and reused after that, together with its scratchpad, the
+// dnnl::memory objects its tensors are bound to (and, in bf16 mode, the bf16 copy of the source),
+// so a replayed plan allocates nothing here (oneDNN's own execution still does: see onednn.h).
 // run() may be called from several threads; calls are serialized.
 #pragma once
 

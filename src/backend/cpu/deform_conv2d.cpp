@@ -12,12 +12,11 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <unordered_map>
+#include <span>
 #include <vector>
 
-#include <dnnl.hpp>
-
 #include "backend/cpu/kernel_check.h"
+#include "backend/cpu/onednn.h"
 
 namespace bev::cpu {
 namespace {
@@ -135,11 +134,6 @@ void sample_rows(const Geometry& g, const float* x, const float* om, float* col,
   }
 }
 
-const dnnl::engine& cpu_engine() {
-  static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
 }  // namespace
 
 struct DeformConv2d::Impl {
@@ -150,12 +144,17 @@ struct DeformConv2d::Impl {
   Tensor bias_1c;    // [1, Cout] or undefined
 
   // Mutable state of run(), guarded by mu: the column tile and one matmul per tile height
-  // (a run has at most two: full tiles and the last one).
+  // (a run has at most two: full tiles and the last one), each with its argument memories,
+  // pointed at this run's buffers by bind() (creating them per run would allocate).
+  struct Matmul {
+    dnnl::matmul prim;
+    dnnl::memory src, weights, bias, dst, scratchpad;
+  };
   mutable std::mutex mu;
   mutable Tensor scratch;
-  mutable std::map<int64_t, dnnl::matmul> matmuls;
+  mutable std::map<int64_t, Matmul> matmuls;
 
-  const dnnl::matmul& matmul_for(int64_t m) const {
+  const Matmul& matmul_for(int64_t m) const {
     auto it = matmuls.find(m);
     if (it != matmuls.end()) return it->second;
     using dt = dnnl::memory::data_type;
@@ -167,8 +166,16 @@ struct DeformConv2d::Impl {
     const dnnl::memory::desc bias({1, cout}, dt::f32, tag::ab);
     const dnnl::matmul::desc d =
         bias_1c.defined() ? dnnl::matmul::desc(src, wei, bias, dst) : dnnl::matmul::desc(src, wei, dst);
-    const dnnl::matmul::primitive_desc pd(d, cpu_engine());
-    return matmuls.emplace(m, dnnl::matmul(pd)).first->second;
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // owned here: nothing allocated per run
+    const dnnl::matmul::primitive_desc pd(d, attr, engine());
+    Matmul mm{dnnl::matmul(pd),
+              unbound(src),
+              dnnl::memory(wei, engine(), weight_kc.raw_data()),
+              bias_1c.defined() ? dnnl::memory(bias, engine(), bias_1c.raw_data()) : dnnl::memory(),
+              unbound(dst),
+              dnnl::memory(pd.scratchpad_desc(), engine())};
+    return matmuls.emplace(m, std::move(mm)).first->second;
   }
 };
 
@@ -221,9 +228,10 @@ int64_t DeformConv2d::out_channels() const { return impl_->cout; }
 
 Shape DeformConv2d::output_shape(const Shape& x) const {
   const Impl& s = *impl_;
-  const std::string want = "[N, H, W, " + std::to_string(s.cin) + "]";
   if (x.size() != 4 || x[3] != s.cin) {
-    throw Error(ErrorKind::kInvalidInput, "input x has shape " + shape_str(x)).where("deform_conv2d").expected(want);
+    throw Error(ErrorKind::kInvalidInput, "input x has shape " + shape_str(x))
+        .where("deform_conv2d")
+        .expected("[N, H, W, " + std::to_string(s.cin) + "]");
   }
   const int64_t ho = (x[1] + 2 * s.pad - (s.dil * (s.kh - 1) + 1)) / s.stride + 1;
   const int64_t wo = (x[2] + 2 * s.pad - (s.dil * (s.kw - 1) + 1)) / s.stride + 1;
@@ -261,27 +269,20 @@ void DeformConv2d::run(const Tensor& x, const Tensor& offset_mask, Tensor& y, Th
   float* col = s.scratch.data<float>();
   float* yp = y.data<float>();
   try {
-    dnnl::stream stream(cpu_engine());
-    const dnnl::engine& eng = cpu_engine();
-    const dnnl::memory wei_mem(dnnl::memory::desc({row_len, s.cout}, dnnl::memory::data_type::f32,
-                                                  dnnl::memory::format_tag::ab),
-                               eng, s.weight_kc.raw_data());
+    dnnl::stream& st = stream();
     for (int64_t p0 = 0; p0 < rows; p0 += tile) {
       const int64_t m = std::min(tile, rows - p0);
       pool.parallel_for(m, 8, [&](int64_t b, int64_t e) { sample_rows(g, xp, om, col, p0, p0 + b, p0 + e); });
-      const dnnl::matmul& mm = s.matmul_for(m);
-      using dt = dnnl::memory::data_type;
-      using tag = dnnl::memory::format_tag;
-      const dnnl::memory src_mem(dnnl::memory::desc({m, row_len}, dt::f32, tag::ab), eng, col);
-      const dnnl::memory dst_mem(dnnl::memory::desc({m, s.cout}, dt::f32, tag::ab), eng, yp + p0 * s.cout);
-      std::unordered_map<int, dnnl::memory> args{
-          {DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, wei_mem}, {DNNL_ARG_DST, dst_mem}};
-      if (s.bias_1c.defined()) {
-        args.emplace(DNNL_ARG_BIAS, dnnl::memory(dnnl::memory::desc({1, s.cout}, dt::f32, tag::ab), eng,
-                                                 s.bias_1c.raw_data()));
-      }
-      mm.execute(stream, args);
-      stream.wait();
+      const Impl::Matmul& mm = s.matmul_for(m);
+      bind(mm.src, col);
+      bind(mm.dst, yp + p0 * s.cout);
+      const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, mm.src.get()},
+                                      {DNNL_ARG_WEIGHTS, mm.weights.get()},
+                                      {DNNL_ARG_DST, mm.dst.get()},
+                                      {DNNL_ARG_SCRATCHPAD, mm.scratchpad.get()},
+                                      {DNNL_ARG_BIAS, mm.bias ? mm.bias.get() : nullptr}};
+      execute(mm.prim, st, std::span(args, mm.bias ? 5 : 4));
+      st.wait();
     }
   } catch (const dnnl::error& e) {
     throw Error(ErrorKind::kInternal, std::string("oneDNN matmul failed: ") + e.what()).where("deform_conv2d");

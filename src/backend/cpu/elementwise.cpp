@@ -266,14 +266,15 @@ void map_flat(ThreadPool* pool, int64_t n, const Fn& fn) {
 // 0 where b broadcasts, b's contiguous stride where it follows a. a's unit dims are dropped
 // (b's extent there is 1 too), and neighbouring dims of one kind merge, so [6, hw, C] + [6, 1, C]
 // becomes {6: C, hw: 0, C: 1} and [HW, C] * [HW, 1] becomes {HW: 1, C: 0}.
+// Inline (Shape): add and mul run on replayed frames, which must not allocate.
 struct BroadcastRuns {
-  std::vector<int64_t> size, b_stride;
+  Shape size, b_stride;
 };
 
 BroadcastRuns broadcast_runs(const Tensor& a, const Tensor& b) {
   BroadcastRuns r;
   int64_t b_contig = 1;  // b's contiguous stride at dim d, built from the innermost dim out
-  std::vector<int64_t> bs(static_cast<size_t>(a.dim()));
+  Shape bs(static_cast<size_t>(a.dim()));
   for (int64_t d = a.dim() - 1; d >= 0; --d) {
     bs[static_cast<size_t>(d)] = b.size(d) == 1 ? 0 : b_contig;
     b_contig *= b.size(d);
@@ -326,7 +327,7 @@ void binary(const char* op, const Tensor& a, const Tensor& b, Tensor& y, ThreadP
   // Each chunk [s, e) of the flat index walks rows of the innermost run, carrying b's offset in
   // per-run counters that are set up once per chunk.
   map_flat(pool, a.numel(), [&](int64_t s, int64_t e) {
-    std::vector<int64_t> ctr(nd, 0);
+    Shape ctr(nd, 0);
     int64_t row = s / inner, col = s % inner, boff = 0;
     for (size_t k = nd - 1; k-- > 0;) {
       ctr[k] = row % runs.size[k];

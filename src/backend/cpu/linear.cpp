@@ -4,7 +4,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
-#include <unordered_map>
+#include <span>
 #include <vector>
 
 #include "backend/cpu/onednn.h"
@@ -31,7 +31,20 @@ struct MatmulPlan {
   // into plan-owned bf16 buffers.
   dnnl::reorder src_to_bf16, b_to_bf16;
   dnnl::memory src_bf16, b_bf16;
+  // The run's tensors, bound to these before each run (made once: see cpu::bind). `b` is the
+  // right operand of batched_matmul.
+  dnnl::memory src, b, dst;
 };
+
+// Runs a plan's matmul; `bias` only when the primitive has one (it goes last in the list).
+void run_matmul(const MatmulPlan& p, dnnl::stream& st, dnnl_memory_t src, dnnl_memory_t weights, dnnl_memory_t bias) {
+  const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, src},
+                                  {DNNL_ARG_WEIGHTS, weights},
+                                  {DNNL_ARG_DST, p.dst.get()},
+                                  {DNNL_ARG_SCRATCHPAD, p.scratchpad.get()},
+                                  {DNNL_ARG_BIAS, bias}};
+  execute(p.prim, st, std::span(args, bias ? 5 : 4));
+}
 
 }  // namespace
 
@@ -87,6 +100,8 @@ struct Linear::State {
       p.src_bf16 = dnnl::memory(p.pd.src_desc(), engine());
       p.src_to_bf16 = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), p.src_f32_md, engine(), p.pd.src_desc()));
     }
+    p.src = unbound(p.src_f32_md);
+    p.dst = unbound(p.dst_md);
     return plans.emplace(m, std::move(p)).first->second;
   }
 };
@@ -151,17 +166,14 @@ void Linear::run(const Tensor& x, Tensor& y) const {
   std::lock_guard<std::mutex> lock(s.mu);
   State::Plan& p = s.plan_for(m);
   dnnl::stream& st = stream();
-  dnnl::memory src = wrap(x, p.src_f32_md);
+  bind(p.src, x);
+  bind(p.dst, y);
+  dnnl_memory_t src = p.src.get();
   if (s.precision == Precision::kBF16) {
-    p.src_to_bf16.execute(st, src, p.src_bf16);
-    src = p.src_bf16;
+    execute_reorder(p.src_to_bf16, st, p.src, p.src_bf16);
+    src = p.src_bf16.get();
   }
-  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, src},
-                                                {DNNL_ARG_WEIGHTS, p.weights},
-                                                {DNNL_ARG_DST, wrap(y, p.dst_md)},
-                                                {DNNL_ARG_SCRATCHPAD, p.scratchpad}};
-  if (s.bias) args.emplace(DNNL_ARG_BIAS, s.bias);
-  p.prim.execute(st, args);
+  run_matmul(p, st, src, p.weights.get(), s.bias ? s.bias.get() : nullptr);
   st.wait();
 }
 
@@ -217,6 +229,9 @@ MatmulPlan make_batched_plan(const BatchedKey& key) {
     p.b_bf16 = dnnl::memory(p.pd.weights_desc(), engine());
     p.b_to_bf16 = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), b_f32_desc(key), engine(), p.pd.weights_desc()));
   }
+  p.src = unbound(p.src_f32_md);
+  p.b = unbound(b_f32_desc(key));
+  p.dst = unbound(p.dst_md);
   return p;
 }
 
@@ -248,18 +263,17 @@ void batched_matmul(const Tensor& a, const Tensor& b, bool transpose_b, float sc
   if (it == cache.plans.end()) it = cache.plans.emplace(key, make_batched_plan(key)).first;
   MatmulPlan& p = it->second;
   dnnl::stream& st = stream();
-  dnnl::memory a_mem = wrap(a, p.src_f32_md);
-  dnnl::memory b_mem = wrap(b, b_f32_desc(key));
+  bind(p.src, a);
+  bind(p.b, b);
+  bind(p.dst, y);
+  dnnl_memory_t a_mem = p.src.get(), b_mem = p.b.get();
   if (precision == Precision::kBF16) {
-    p.src_to_bf16.execute(st, a_mem, p.src_bf16);
-    p.b_to_bf16.execute(st, b_mem, p.b_bf16);
-    a_mem = p.src_bf16;
-    b_mem = p.b_bf16;
+    execute_reorder(p.src_to_bf16, st, p.src, p.src_bf16);
+    execute_reorder(p.b_to_bf16, st, p.b, p.b_bf16);
+    a_mem = p.src_bf16.get();
+    b_mem = p.b_bf16.get();
   }
-  p.prim.execute(st, {{DNNL_ARG_SRC, a_mem},
-                      {DNNL_ARG_WEIGHTS, b_mem},
-                      {DNNL_ARG_DST, wrap(y, p.dst_md)},
-                      {DNNL_ARG_SCRATCHPAD, p.scratchpad}});
+  run_matmul(p, st, a_mem, b_mem, nullptr);
   st.wait();
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -58,13 +59,13 @@ Plan check(const char* who, const Tensor& value, const SpatialShapes& shapes, co
   int64_t total = 0;
   for (int64_t l = 0; l < p.levels; ++l) {
     const auto [h, w] = shapes[static_cast<size_t>(l)];
-    const std::string lvl = "level " + std::to_string(l);
+    const auto lvl = [l] { return "level " + std::to_string(l); };  // for errors only
     if (h < 1 || w < 1 || h > (int64_t{1} << 30) || w > (int64_t{1} << 30))
-      throw Error(ErrorKind::kInvalidInput, "spatial_shapes " + lvl + " is (" + std::to_string(h) + ", " + std::to_string(w) + ")")
+      throw Error(ErrorKind::kInvalidInput, "spatial_shapes " + lvl() + " is (" + std::to_string(h) + ", " + std::to_string(w) + ")")
           .where(who)
           .expected("H >= 1 and W >= 1");
     if (level_start[static_cast<size_t>(l)] != total)
-      throw Error(ErrorKind::kInvalidInput, "level_start " + lvl + " is " + std::to_string(level_start[static_cast<size_t>(l)]))
+      throw Error(ErrorKind::kInvalidInput, "level_start " + lvl() + " is " + std::to_string(level_start[static_cast<size_t>(l)]))
           .where(who)
           .expected(std::to_string(total) + ", the sum of H*W over the levels before it");
     total += h * w;
@@ -100,23 +101,72 @@ Plan check(const char* who, const Tensor& value, const SpatialShapes& shapes, co
   return p;
 }
 
-void build_tables(Plan& p, const SpatialShapes& shapes, const std::vector<int64_t>& level_start) {
+// The scratch of one msda call, in a buffer of the calling thread that only grows: the tables
+// and one Corners per pool participant (the workers index it by participant). After the first
+// call at a shape on a thread (a plan's recording run) calls at that shape allocate nothing,
+// where a Corners per chunk allocated three vectors every time. The calling thread's, like
+// cpu::stream(): the thread that runs a backend's ops is its one caller at a time.
+//
+// Layout, in 4-byte words (float and int32_t): the five tables, then each participant's rows,
+// weights and masks, every block starting on its own 128-byte line pair with a free pair
+// between blocks. Packed back to back, two threads wrote the line where one's masks end and the
+// next one's rows begin on every query: measured 30% slower at tiny TSA on two threads.
+class Workspace {
+ public:
+  Workspace(int64_t samples_padded, int participants) : n_(static_cast<size_t>(samples_padded)) {
+    thread_local std::vector<uint32_t> buffer;
+    const size_t words = kPair + block(kTableWords) + block(kCornerWords) * static_cast<size_t>(participants);
+    if (buffer.size() < words) buffer.resize(words);
+    const size_t misalign = reinterpret_cast<uintptr_t>(buffer.data()) / sizeof(uint32_t) % kPair;
+    base_ = buffer.data() + (kPair - misalign) % kPair;
+  }
+  // Table t (0: width, 1: height, 2: width_i, 3: height_i, 4: start).
+  float* float_table(size_t t) const { return reinterpret_cast<float*>(base_ + t * n_); }
+  int32_t* int_table(size_t t) const { return reinterpret_cast<int32_t*>(base_ + t * n_); }
+  Corners corners(int participant) const {
+    uint32_t* c = base_ + block(kTableWords) + block(kCornerWords) * static_cast<size_t>(participant);
+    return {static_cast<int64_t>(n_), reinterpret_cast<int32_t*>(c), reinterpret_cast<float*>(c + 4 * n_),
+            reinterpret_cast<int32_t*>(c + 8 * n_)};
+  }
+
+ private:
+  static constexpr size_t kPair = 128 / sizeof(uint32_t);  // words in a 128-byte line pair
+  static constexpr size_t kTableWords = 5;   // per sample: width, height, width_i, height_i, start
+  static constexpr size_t kCornerWords = 9;  // per sample: row (4), weight (4), mask (1)
+  // Words of a block of `per_sample` words per sample, rounded up to line pairs, plus a free one.
+  size_t block(size_t per_sample) const { return (per_sample * n_ + kPair - 1) / kPair * kPair + kPair; }
+
+  size_t n_;
+  uint32_t* base_ = nullptr;
+};
+
+void build_tables(Plan& p, const Workspace& ws, const SpatialShapes& shapes, const std::vector<int64_t>& level_start) {
   const auto n = static_cast<size_t>(p.samples_padded);
+  float* width = ws.float_table(0);
+  float* height = ws.float_table(1);
+  int32_t* width_i = ws.int_table(2);
+  int32_t* height_i = ws.int_table(3);
+  int32_t* start = ws.int_table(4);
   // Padding lanes get a 1x1 level so that vector code may compute on them harmlessly.
-  p.width.assign(n, 1.0f);
-  p.height.assign(n, 1.0f);
-  p.width_i.assign(n, 1);
-  p.height_i.assign(n, 1);
-  p.start.assign(n, 0);
+  std::fill(width, width + n, 1.0f);
+  std::fill(height, height + n, 1.0f);
+  std::fill(width_i, width_i + n, 1);
+  std::fill(height_i, height_i + n, 1);
+  std::fill(start, start + n, 0);
   for (int64_t s = 0; s < p.samples; ++s) {
     const auto l = static_cast<size_t>((s / p.points) % p.levels);
     const auto i = static_cast<size_t>(s);
-    p.height_i[i] = static_cast<int32_t>(shapes[l].first);
-    p.width_i[i] = static_cast<int32_t>(shapes[l].second);
-    p.height[i] = static_cast<float>(shapes[l].first);
-    p.width[i] = static_cast<float>(shapes[l].second);
-    p.start[i] = static_cast<int32_t>(level_start[l]);
+    height_i[i] = static_cast<int32_t>(shapes[l].first);
+    width_i[i] = static_cast<int32_t>(shapes[l].second);
+    height[i] = static_cast<float>(shapes[l].first);
+    width[i] = static_cast<float>(shapes[l].second);
+    start[i] = static_cast<int32_t>(level_start[l]);
   }
+  p.width = width;
+  p.height = height;
+  p.width_i = width_i;
+  p.height_i = height_i;
+  p.start = start;
 }
 
 // ---- fast paths without AVX-512 ----
@@ -178,8 +228,7 @@ __attribute__((target("avx2,fma"))) void accumulate_avx2(const Plan& p, const Co
 }
 
 template <typename Accumulate>
-void run_with(const Plan& p, int64_t begin, int64_t end, Accumulate accumulate) {
-  Corners c(p.samples_padded);
+void run_with(const Plan& p, Corners& c, int64_t begin, int64_t end, Accumulate accumulate) {
   const int64_t per_head = p.levels * p.points;
   for (int64_t bq = begin; bq < end; ++bq) {
     const int64_t b = bq / p.lq;
@@ -191,14 +240,15 @@ void run_with(const Plan& p, int64_t begin, int64_t end, Accumulate accumulate) 
   }
 }
 
-void dispatch(MsdaIsa isa, const Plan& p, ThreadPool& pool) {
+void dispatch(MsdaIsa isa, const Plan& p, const Workspace& ws, ThreadPool& pool) {
   // Chunks of at least ~2k samples amortize the pool's hand-off; the pool caps the chunk count.
   const int64_t grain = std::max<int64_t>(1, 2048 / p.samples);
-  pool.parallel_for(p.bs * p.lq, grain, [&](int64_t begin, int64_t end) {
+  pool.parallel_for_indexed(p.bs * p.lq, grain, [&](int64_t begin, int64_t end, int participant) {
+    Corners c = ws.corners(participant);
     switch (isa) {
-      case MsdaIsa::kScalar: msda_detail::run_scalar(p, begin, end); return;
-      case MsdaIsa::kAvx2: msda_detail::run_avx2(p, begin, end); return;
-      case MsdaIsa::kAvx512: msda_detail::run_avx512(p, begin, end); return;
+      case MsdaIsa::kScalar: msda_detail::run_scalar(p, c, begin, end); return;
+      case MsdaIsa::kAvx2: msda_detail::run_avx2(p, c, begin, end); return;
+      case MsdaIsa::kAvx512: msda_detail::run_avx512(p, c, begin, end); return;
     }
   });
 }
@@ -243,8 +293,8 @@ void prepare_corners_scalar(const Plan& p, const float* loc_q, const float* attn
   }
 }
 
-void run_scalar(const Plan& p, int64_t begin, int64_t end) { run_with(p, begin, end, accumulate_scalar); }
-void run_avx2(const Plan& p, int64_t begin, int64_t end) { run_with(p, begin, end, accumulate_avx2); }
+void run_scalar(const Plan& p, Corners& c, int64_t begin, int64_t end) { run_with(p, c, begin, end, accumulate_scalar); }
+void run_avx2(const Plan& p, Corners& c, int64_t begin, int64_t end) { run_with(p, c, begin, end, accumulate_avx2); }
 
 }  // namespace msda_detail
 
@@ -321,8 +371,9 @@ void msda_with_isa(MsdaIsa isa, const Tensor& value, const SpatialShapes& spatia
   if (!msda_isa_supported(isa))
     throw Error(ErrorKind::kUnsupported, std::string("this CPU lacks ") + msda_isa_name(isa)).where("msda");
   Plan p = check("msda", value, spatial_shapes, level_start, sampling_locations, attention_weights, out);
-  build_tables(p, spatial_shapes, level_start);
-  dispatch(isa, p, pool);
+  const Workspace ws(p.samples_padded, pool.size());
+  build_tables(p, ws, spatial_shapes, level_start);
+  dispatch(isa, p, ws, pool);
 }
 
 void msda(const Tensor& value, const SpatialShapes& spatial_shapes, const std::vector<int64_t>& level_start,

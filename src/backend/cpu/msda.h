@@ -51,7 +51,8 @@ void msda_with_isa(MsdaIsa isa, const Tensor& value, const SpatialShapes& spatia
 namespace msda_detail {
 
 // Everything a kernel needs, checked once. Per-sample tables (index s = (h*L + l)*P + p, the
-// layout of one query's weights) repeat for every query, so they are built once per call.
+// layout of one query's weights) repeat for every query, so they are built once per call, into
+// the calling thread's scratch (see Workspace in msda.cpp).
 struct Plan {
   int64_t bs = 0, lv = 0, lq = 0, heads = 0, hd = 0, levels = 0, points = 0;
   int64_t samples = 0;         // heads * levels * points: samples per query
@@ -61,30 +62,31 @@ struct Plan {
   const float* loc = nullptr;
   const float* attn = nullptr;
   float* out = nullptr;
-  std::vector<float> width, height;              // float(W_l), float(H_l) per sample
-  std::vector<int32_t> width_i, height_i, start;  // W_l, H_l, level_start[l] per sample
+  const float* width = nullptr;  // float(W_l) per sample (samples_padded entries)
+  const float* height = nullptr;  // float(H_l)
+  const int32_t* width_i = nullptr;  // W_l
+  const int32_t* height_i = nullptr;  // H_l
+  const int32_t* start = nullptr;  // level_start[l]
 };
 
 // One query's samples turned into corner rows and weights, corner-major structure of arrays
 // (row[c * n + s], n = samples_padded). Bit c of mask[s] says corner c (0: (y0, x0), 1: (y0, x0+1),
 // 2: (y0+1, x0), 3: (y0+1, x0+1)) lies inside the map; the other corners hold row 0 and weight 0
 // and are never read, so a non-finite value outside the footprint cannot leak in (as in mmcv).
+// The arrays are scratch of the pool participant that runs the chunk.
 struct Corners {
-  explicit Corners(int64_t count)
-      : n(count), row(static_cast<size_t>(4 * count)), weight(static_cast<size_t>(4 * count)),
-        mask(static_cast<size_t>(count)) {}
-  int64_t n;
-  std::vector<int32_t> row;
-  std::vector<float> weight;
-  std::vector<int32_t> mask;
+  int64_t n = 0;
+  int32_t* row = nullptr;     // 4 * n
+  float* weight = nullptr;    // 4 * n
+  int32_t* mask = nullptr;    // n
 };
 
 void prepare_corners_scalar(const Plan& plan, const float* loc_q, const float* attn_q, Corners& c);
 
-// Kernels over the flattened (b, q) range [begin, end).
-void run_scalar(const Plan& plan, int64_t begin, int64_t end);
-void run_avx2(const Plan& plan, int64_t begin, int64_t end);
-void run_avx512(const Plan& plan, int64_t begin, int64_t end);
+// Kernels over the flattened (b, q) range [begin, end), with `c` as their scratch.
+void run_scalar(const Plan& plan, Corners& c, int64_t begin, int64_t end);
+void run_avx2(const Plan& plan, Corners& c, int64_t begin, int64_t end);
+void run_avx512(const Plan& plan, Corners& c, int64_t begin, int64_t end);
 
 }  // namespace msda_detail
 }  // namespace bev::cpu

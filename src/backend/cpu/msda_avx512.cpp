@@ -22,7 +22,10 @@ BEV_AVX512 inline __mmask16 first_lanes(int64_t count) {
 
 // Step (1). Same float operations as msda_reference (mul, then sub; floor; products of the
 // bilinear weights) so the footprint and weights match it; only the attention weight is folded in.
-BEV_AVX512 void prepare_corners_avx512(const Plan& p, const float* loc_q, const float* attn_q, Corners& c) {
+// Inlined into run_avx512 (GCC stopped doing so once the Corners came in as a parameter): the
+// constants and table pointers are then set up once per chunk, not once per query.
+BEV_AVX512 __attribute__((always_inline)) inline void prepare_corners_avx512(const Plan& p, const float* loc_q,
+                                                                           const float* attn_q, Corners& c) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f), minus_one = _mm512_set1_ps(-1.0f);
@@ -36,8 +39,8 @@ BEV_AVX512 void prepare_corners_avx512(const Plan& p, const float* loc_q, const 
     const __m512 b = _mm512_maskz_loadu_ps(first_lanes(2 * left - 16), loc_q + 2 * s0 + 16);
     const __m512 x = _mm512_permutex2var_ps(a, even, b);
     const __m512 y = _mm512_permutex2var_ps(a, odd, b);
-    const __m512 wf = _mm512_loadu_ps(p.width.data() + s0);
-    const __m512 hf = _mm512_loadu_ps(p.height.data() + s0);
+    const __m512 wf = _mm512_loadu_ps(p.width + s0);
+    const __m512 hf = _mm512_loadu_ps(p.height + s0);
     // Explicit-rounding forms: GCC contracts a plain mul + sub into one FMA (fp-contract=fast is
     // its C++ default), which rounds px differently from the reference and moves the footprint.
     constexpr int kRn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
@@ -55,8 +58,8 @@ BEV_AVX512 void prepare_corners_avx512(const Plan& p, const float* loc_q, const 
     const __m512 lx = _mm512_sub_ps(px, x0f), ly = _mm512_sub_ps(py, y0f);
     const __m512 hx = _mm512_sub_ps(one, lx), hy = _mm512_sub_ps(one, ly);
     const __m512i x0 = _mm512_maskz_cvttps_epi32(valid, x0f), y0 = _mm512_maskz_cvttps_epi32(valid, y0f);
-    const __m512i wi = _mm512_loadu_si512(p.width_i.data() + s0);
-    const __m512i hi = _mm512_loadu_si512(p.height_i.data() + s0);
+    const __m512i wi = _mm512_loadu_si512(p.width_i + s0);
+    const __m512i hi = _mm512_loadu_si512(p.height_i + s0);
     const __mmask16 in_x0 = _mm512_cmpge_epi32_mask(x0, izero);
     const __mmask16 in_x1 = _mm512_cmplt_epi32_mask(_mm512_add_epi32(x0, ione), wi);
     const __mmask16 in_y0 = valid & _mm512_cmpge_epi32_mask(y0, izero);
@@ -66,17 +69,17 @@ BEV_AVX512 void prepare_corners_avx512(const Plan& p, const float* loc_q, const 
     const __m512 w = _mm512_maskz_loadu_ps(live, attn_q + s0);
     const __m512 cw[4] = {_mm512_mul_ps(_mm512_mul_ps(hy, hx), w), _mm512_mul_ps(_mm512_mul_ps(hy, lx), w),
                           _mm512_mul_ps(_mm512_mul_ps(ly, hx), w), _mm512_mul_ps(_mm512_mul_ps(ly, lx), w)};
-    const __m512i start = _mm512_loadu_si512(p.start.data() + s0);
+    const __m512i start = _mm512_loadu_si512(p.start + s0);
     const __m512i r00 = _mm512_add_epi32(start, _mm512_add_epi32(_mm512_mullo_epi32(y0, wi), x0));
     const __m512i r10 = _mm512_add_epi32(r00, wi);
     const __m512i row[4] = {r00, _mm512_add_epi32(r00, ione), r10, _mm512_add_epi32(r10, ione)};
     __m512i bits = izero;
     for (int k = 0; k < 4; ++k) {
-      _mm512_storeu_si512(c.row.data() + k * n + s0, _mm512_maskz_mov_epi32(m[k], row[k]));
-      _mm512_storeu_ps(c.weight.data() + k * n + s0, _mm512_maskz_mov_ps(m[k], cw[k]));
+      _mm512_storeu_si512(c.row + k * n + s0, _mm512_maskz_mov_epi32(m[k], row[k]));
+      _mm512_storeu_ps(c.weight + k * n + s0, _mm512_maskz_mov_ps(m[k], cw[k]));
       bits = _mm512_mask_or_epi32(bits, m[k], bits, _mm512_set1_epi32(1 << k));
     }
-    _mm512_storeu_si512(c.mask.data() + s0, bits);
+    _mm512_storeu_si512(c.mask + s0, bits);
   }
 }
 
@@ -90,8 +93,8 @@ BEV_AVX512 void accumulate_group(const Corners& c, const float* vbase, int64_t r
                                  __mmask16 tail0, __mmask16 tail1, float* o) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
   const int64_t n = c.n;
-  const int32_t* row = c.row.data();
-  const float* weight = c.weight.data();
+  const int32_t* row = c.row;
+  const float* weight = c.weight;
   const auto corner = [&](int64_t i, __m512& a, __m512& b) __attribute__((always_inline)) BEV_AVX512 {
     const __m512 w = _mm512_set1_ps(weight[i]);
     const float* v = vbase + static_cast<int64_t>(row[i]) * row_stride;
@@ -132,8 +135,10 @@ BEV_AVX512 void accumulate_head(const Plan& p, const Corners& c, const float* vb
 // Tried and dropped: computing query bq+1's corners early and prefetching their rows (double
 // buffer) cost more in prefetch instructions than it saved in stalls (tiny TSA 13.0 -> 13.6
 // ns/sample; same-pixel case 4.3 -> 6.4).
-BEV_AVX512 void run_avx512(const Plan& p, int64_t begin, int64_t end) {
-  Corners c(p.samples_padded);
+BEV_AVX512 void run_avx512(const Plan& p, Corners& scratch, int64_t begin, int64_t end) {
+  // A local copy of the pointers: the vector stores below may alias anything the compiler can
+  // reach through a reference, which would reload them after every store.
+  Corners c = scratch;
   const int64_t per_head = p.levels * p.points;
   for (int64_t bq = begin; bq < end; ++bq) {
     const int64_t b = bq / p.lq;

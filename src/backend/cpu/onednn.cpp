@@ -83,6 +83,33 @@ dnnl::memory wrap(const Tensor& t, const dnnl::memory::desc& md) {
   return dnnl::memory(md, engine(), t.raw_data());
 }
 
+dnnl::memory unbound(const dnnl::memory::desc& md) { return dnnl::memory(md, engine(), DNNL_MEMORY_NONE); }
+
+void bind(const dnnl::memory& mem, const Tensor& t) {
+  if (!t.defined()) throw Error(ErrorKind::kInternal, "binding an undefined tensor to dnnl::memory");
+  if (t.device() != Device::kCpu) {
+    throw Error(ErrorKind::kInvalidInput, "tensor " + t.describe() + " is on " + device_name(t.device()))
+        .expected("a host (cpu) tensor for the oneDNN backend");
+  }
+  const size_t available = t.storage()->bytes() - static_cast<size_t>(t.offset()) * dtype_size(t.dtype());
+  const size_t needed = mem.get_desc().get_size();
+  if (needed > available) {
+    throw Error(ErrorKind::kInternal, "memory descriptor of " + std::to_string(needed) + " bytes binds tensor " +
+                                          t.describe() + " with " + std::to_string(available) + " bytes of storage");
+  }
+  mem.set_data_handle(t.raw_data());
+}
+
+void bind(const dnnl::memory& mem, void* data) { mem.set_data_handle(data); }
+
+void execute(const dnnl::primitive& prim, dnnl::stream& stream, std::span<const dnnl_exec_arg_t> args) {
+  const dnnl_status_t status =
+      dnnl_primitive_execute(prim.get(), stream.get(), static_cast<int>(args.size()), args.data());
+  if (status != dnnl_success) {
+    throw Error(ErrorKind::kInternal, "oneDNN primitive execution failed with status " + std::to_string(status));
+  }
+}
+
 void expect_f32_host(const char* op, const char* name, const Tensor& t) {
   if (!t.defined()) throw Error(ErrorKind::kInvalidInput, std::string(name) + " is undefined").where(op).expected("a tensor");
   if (t.dtype() != DType::kF32 || t.device() != Device::kCpu) {

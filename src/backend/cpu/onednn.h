@@ -14,6 +14,8 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cstdint>
+#include <initializer_list>
+#include <span>
 #include <string>
 
 #include "backend/op.h"
@@ -46,6 +48,32 @@ dnnl::memory::desc plain_desc(const Tensor& t);
 // inputs are only read.
 dnnl::memory wrap(const Tensor& t, const dnnl::memory::desc& md);
 inline dnnl::memory wrap(const Tensor& t) { return wrap(t, plain_desc(t)); }
+
+// How a cached primitive runs on new tensors (a replayed plan) without our code allocating: a
+// dnnl::memory made once with no buffer (`unbound(md)`), pointed at the tensor by bind() before
+// each run, and execute() with the arguments in a list on the stack. Creating a dnnl::memory
+// allocates, and so do the C++ wrapper's std::unordered_map of arguments and its
+// primitive::execute (which copies the map into an std::vector); set_data_handle and the C entry
+// point do not. bind() checks what wrap() checks: a host tensor with at least the descriptor's
+// bytes.
+//
+// oneDNN itself still allocates inside every execution, and no public entry point of 2.6 avoids
+// it: dnnl_primitive_execute copies the arguments into an std::unordered_map (a node each plus
+// the bucket array), creates a scratchpad grantor with new, and some kernels' parallel loops wrap
+// their lambdas in std::function (measured: n_args + 2 small allocations per matmul, about 7 to
+// 10 per convolution, none of them buffers).
+dnnl::memory unbound(const dnnl::memory::desc& md);
+void bind(const dnnl::memory& mem, const Tensor& t);
+void bind(const dnnl::memory& mem, void* data);  // plan-owned buffers (no checks)
+void execute(const dnnl::primitive& prim, dnnl::stream& stream, std::span<const dnnl_exec_arg_t> args);
+inline void execute(const dnnl::primitive& prim, dnnl::stream& stream, std::initializer_list<dnnl_exec_arg_t> args) {
+  execute(prim, stream, std::span<const dnnl_exec_arg_t>(args.begin(), args.size()));
+}
+// A reorder from `src` to `dst`.
+inline void execute_reorder(const dnnl::reorder& r, dnnl::stream& stream, const dnnl::memory& src,
+                            const dnnl::memory& dst) {
+  execute(r, stream, {{DNNL_ARG_FROM, src.get()}, {DNNL_ARG_TO, dst.get()}});
+}
 
 // Argument checks shared by the ops; they throw kInvalidInput with `op` as the place.
 void expect_f32_host(const char* op, const char* name, const Tensor& t);        // defined, f32, cpu

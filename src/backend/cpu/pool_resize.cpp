@@ -4,7 +4,6 @@
 #include <cmath>
 #include <limits>
 #include <string>
-#include <vector>
 
 #include "backend/cpu/kernel_check.h"
 
@@ -91,8 +90,6 @@ void upsample_nearest2x_add(const Tensor& coarse, Tensor& fine, ThreadPool* pool
   }
   const int64_t N = fine.size(0), H = fine.size(1), W = fine.size(2), C = fine.size(3);
   const int64_t h = coarse.size(1), w = coarse.size(2);
-  std::vector<int64_t> sx(static_cast<size_t>(W));
-  for (int64_t x = 0; x < W; ++x) sx[static_cast<size_t>(x)] = nearest_source_index(x, w, W);
   const float* cp = coarse.data<float>();
   float* fp = fine.data<float>();
   for_rows(pool, N * H, [&](int64_t r0, int64_t r1) {
@@ -101,7 +98,9 @@ void upsample_nearest2x_add(const Tensor& coarse, Tensor& fine, ThreadPool* pool
       const float* src_row = cp + (n * h + nearest_source_index(y, h, H)) * w * C;
       float* dst = fp + r * W * C;
       for (int64_t x = 0; x < W; ++x) {
-        const float* s = src_row + sx[static_cast<size_t>(x)] * C;
+        // The source column per pixel, not from a table (that would allocate on every run);
+        // for FPN's 2x it is a shift.
+        const float* s = src_row + nearest_source_index(x, w, W) * C;
         float* d = dst + x * C;
         for (int64_t c = 0; c < C; ++c) d[c] += s[c];
       }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 #include <string>
 #include <vector>
 
@@ -19,10 +18,12 @@ void expect(const char* op, const Tensor& t, const char* what, DType dtype, cons
   }
 }
 
-void expect_contiguous(const char* op, const Tensor& t, const std::string& what, const char* shape_desc) {
-  if (!t.defined() || t.device() != Device::kCpu || !t.is_contiguous() || t.dim() < 1) {
-    bad_tensor(op, t, what, std::string("contiguous host tensor ") + shape_desc);
-  }
+bool is_contiguous_host(const Tensor& t) {
+  return t.defined() && t.device() == Device::kCpu && t.is_contiguous() && t.dim() >= 1;
+}
+
+void expect_contiguous(const char* op, const Tensor& t, const char* what, const char* shape_desc) {
+  if (!is_contiguous_host(t)) bad_tensor(op, t, what, std::string("contiguous host tensor ") + shape_desc);
 }
 
 // Row indices in [0, rows) or -1 (padding), checked before any write so a bad index leaves dst
@@ -49,14 +50,17 @@ std::pair<const char*, const char*> byte_span(const Tensor& t) {
   return {lo, lo + (last + 1) * static_cast<int64_t>(dtype_size(t.dtype()))};
 }
 
+// Dim indices (inline, like Shape: permute runs on replayed frames).
+using Dims = SmallVector<int64_t, 8>;
+
 // Calls fn(src_off, dst_off) for every index of the dims in `dims` (outermost first).
 template <typename Fn>
-void for_each_outer(const std::vector<int64_t>& dims, const Shape& shape, const Shape& sst, const Shape& dst_st,
+void for_each_outer(const Dims& dims, const Shape& shape, const Shape& sst, const Shape& dst_st,
                     const Fn& fn) {
   for (int64_t d : dims) {
     if (shape[static_cast<size_t>(d)] == 0) return;
   }
-  std::vector<int64_t> ctr(dims.size(), 0);
+  Dims ctr(dims.size(), 0);
   int64_t so = 0, dof = 0;
   while (true) {
     fn(so, dof);
@@ -83,7 +87,7 @@ void strided_copy(const T* src, T* dst, const Shape& shape, const Shape& sst) {
   const int64_t r = static_cast<int64_t>(shape.size());
   const Shape dst_st = contiguous_strides(shape);
   const auto last = static_cast<size_t>(r - 1);
-  std::vector<int64_t> outer;
+  Dims outer;  // walked outside the copied rows or blocks
   if (sst[last] == 1) {  // rows are contiguous on both sides
     for (int64_t d = 0; d < r - 1; ++d) outer.push_back(d);
     const size_t bytes = static_cast<size_t>(shape[last]) * sizeof(T);
@@ -141,8 +145,6 @@ void topk(const Tensor& scores, int64_t k, Tensor& values, Tensor& indices) {
   expect(op, values, "values", DType::kF32, {k});
   expect(op, indices, "indices", DType::kI64, {k});
   const float* s = scores.data<float>();
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), int64_t{0});
   // A strict total order: numbers before NaN, larger first, then lower index first.
   auto before = [s](int64_t a, int64_t b) {
     const float va = s[a], vb = s[b];
@@ -151,13 +153,23 @@ void topk(const Tensor& scores, int64_t k, Tensor& values, Tensor& indices) {
     if (!na && va != vb) return va > vb;
     return a < b;
   };
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
-  float* vp = values.data<float>();
+  // std::partial_sort's heap selection, done in `indices` itself instead of in an index array
+  // of all n (no scratch to allocate): a heap of the k best so far with the worst on top, then
+  // sorted. The order is total, so the result is the unique sorted top k either way.
   int64_t* ip = indices.data<int64_t>();
-  for (int64_t i = 0; i < k; ++i) {
-    ip[i] = order[static_cast<size_t>(i)];
-    vp[i] = s[ip[i]];
+  float* vp = values.data<float>();
+  if (k == 0) return;
+  for (int64_t i = 0; i < k; ++i) ip[i] = i;
+  std::make_heap(ip, ip + k, before);
+  for (int64_t i = k; i < n; ++i) {
+    if (before(i, ip[0])) {
+      std::pop_heap(ip, ip + k, before);
+      ip[k - 1] = i;
+      std::push_heap(ip, ip + k, before);
+    }
   }
+  std::sort_heap(ip, ip + k, before);
+  for (int64_t i = 0; i < k; ++i) vp[i] = s[ip[i]];
 }
 
 void gather_rows(const Tensor& src, const Tensor& idx, Tensor& dst) {
@@ -217,14 +229,14 @@ void concat(std::span<const Tensor> inputs, int64_t axis, Tensor& dst) {
   want[static_cast<size_t>(ax)] = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
-    const std::string name = "inputs[" + std::to_string(i) + "]";
-    expect_contiguous(op, t, name, "");
+    const auto name = [i] { return "inputs[" + std::to_string(i) + "]"; };  // for errors only
+    if (!is_contiguous_host(t)) bad_tensor(op, t, name(), "contiguous host tensor ");
     bool ok = t.dtype() == first.dtype() && t.dim() == rank;
     for (int64_t d = 0; d < rank && ok; ++d) ok = d == ax || t.size(d) == first.size(d);
     if (!ok) {
       Shape e = first.shape();
       e[static_cast<size_t>(ax)] = -1;
-      bad_tensor(op, t, name, std::string(dtype_name(first.dtype())) + shape_str(e) + " (-1: any extent on axis " +
+      bad_tensor(op, t, name(), std::string(dtype_name(first.dtype())) + shape_str(e) + " (-1: any extent on axis " +
                            std::to_string(ax) + ")");
     }
   }
