@@ -196,3 +196,44 @@ TEST(BevFormerInput, MisfitCheckpointListsEveryProblem) {
 
 }  // namespace
 }  // namespace bev
+
+namespace bev {
+namespace {
+
+// Recorded plans replay bit-identically to eager execution: first frames, frames with history,
+// a scene change (back to the first-frame plan), with and without taps.
+TEST(BevFormerPlans, ReplayIsBitIdenticalToEager) {
+  const ModelConfig cfg = micro();
+  auto backend = make_cpu_backend(2, Precision::kF32);
+  const Checkpoint ck = random_checkpoint(cfg, 13);
+  BevFormer eager(cfg, ck, *backend, /*replay=*/false), planned(cfg, ck, *backend, /*replay=*/true);
+  for (int k = 0; k < 5; ++k) {
+    FrameInput f = synthetic_frame(cfg, 13, k);
+    if (k >= 3) f.scene_token = "next scene";
+    Taps te, tp;
+    const bool tapped = k == 2;
+    const FrameOutput a = eager.forward(f, tapped ? &te : nullptr);
+    const FrameOutput b = planned.forward(f, tapped ? &tp : nullptr);
+    EXPECT_EQ(a.used_history, b.used_history);
+    EXPECT_TRUE(identical(a.bev_embed, b.bev_embed)) << "frame " << k;
+    EXPECT_TRUE(identical(a.all_cls_scores, b.all_cls_scores)) << "frame " << k;
+    EXPECT_TRUE(identical(a.all_bbox_preds, b.all_bbox_preds)) << "frame " << k;
+    ASSERT_EQ(a.detections.size(), b.detections.size());
+    for (size_t i = 0; i < a.detections.size(); ++i) {
+      EXPECT_EQ(std::memcmp(&a.detections[i].box, &b.detections[i].box, sizeof(a.detections[i].box)), 0);
+    }
+    ASSERT_EQ(te.all().size(), tp.all().size());
+    for (const auto& [name, t] : te.all()) {
+      const Tensor* u = tp.find(name);
+      ASSERT_NE(u, nullptr) << name;
+      EXPECT_TRUE(identical(t, *u)) << name << " frame " << k;
+    }
+  }
+  const std::string d = planned.describe();
+  EXPECT_NE(d.find("image:"), std::string::npos);
+  EXPECT_NE(d.find("bev (with history)"), std::string::npos);
+  EXPECT_NE(d.find("@arena+"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace bev

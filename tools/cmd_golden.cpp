@@ -1,4 +1,4 @@
-// bevformer golden DIR [--dump OUT] [--tolerance T] [--threads N] [--frames K]: runs a golden set's
+// bevformer golden DIR [--dump OUT] [--tolerance T] [--threads N] [--frames K] [--eager]: runs a golden set's
 // frames in order through one model and compares every stage and the detections with the set.
 #include <cmath>
 #include <cstdio>
@@ -47,6 +47,8 @@ Runner add_golden(CLI::App& app) {
   sub->add_option("--threads", a->options.threads, "CPU threads (0: one per hardware thread)")
       ->capture_default_str()
       ->check(at_least(0, "an integer >= 0", "NONNEGATIVE"));
+  sub->add_flag("--eager", a->options.eager,
+               "Run every frame eagerly (default: record each stage once, then replay the plan)");
   sub->add_option("--frames", a->options.max_frames, "Run only the first K frames (default: all)")
       ->check(at_least(1, "an integer >= 1", "POSITIVE"));
   return [a]() {

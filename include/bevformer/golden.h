@@ -16,6 +16,7 @@ struct GoldenOptions {
   int threads = 0;          // CPU threads; <= 0: one per hardware thread
   int max_frames = -1;      // run only the first max_frames frames; < 0: all of them
   std::string dump_dir;     // when set: write every tap and the detections as <dir>/frame<k>.safetensors
+  bool eager = false;       // run every frame eagerly instead of recording the stages and replaying them
 };
 
 // One golden tensor against the model's tap of the same name.

@@ -154,7 +154,7 @@ GoldenReport run_golden(const std::string& dir, const GoldenOptions& options) {
   std::unique_ptr<Backend> backend = make_cpu_backend(options.threads, Precision::kF32);
   {
     const Checkpoint checkpoint = load_checkpoint(set.checkpoint_path);
-    model = std::make_unique<BevFormer>(cfg, checkpoint, *backend);
+    model = std::make_unique<BevFormer>(cfg, checkpoint, *backend, /*replay=*/!options.eager);
   }
   if (!options.dump_dir.empty()) {
     std::error_code ec;

@@ -2,9 +2,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "backend/ops.h"
+#include "backend/plan.h"
 #include "bevformer/error.h"
 #include "model/decoder.h"
 #include "model/encoder.h"
@@ -52,11 +55,13 @@ struct BevFormer::Impl {
   DecoderWeights decoder;
   HeadWeights head;
 
-  TemporalState state;
-  Tensor prev_bev;  // [HW, C]
+  bool replay = true;        // record each stage once, replay it after (false: eager every frame)
+  std::mutex mu;             // one frame at a time: the ops, the rig cache, the plans
+  StreamHistory default_history;
   std::optional<RigGeometry> rig;
 
-  Impl(ModelConfig c, const Checkpoint& ckpt, Backend& backend) : cfg(std::move(c)), ops(backend) {
+  Impl(ModelConfig c, const Checkpoint& ckpt, Backend& backend, bool replay_stages)
+      : cfg(std::move(c)), ops(backend), replay(replay_stages) {
     validate_config(cfg);
     const WeightSource w(cfg, ckpt);
     resnet = load_resnet(ops, w, cfg.backbone);
@@ -100,9 +105,12 @@ struct BevFormer::Impl {
     }
   }
 
-  const RigGeometry& rig_geometry(const FrameInput& f) {
+  // The rig's geometry, recomputed when the rig changed (then *changed is set).
+  const RigGeometry& rig_geometry(const FrameInput& f, bool* changed) {
     const int pad_w = static_cast<int>(f.img.size(3)), pad_h = static_cast<int>(f.img.size(2));
+    *changed = false;
     if (!rig || rig->lidar2img != f.lidar2img || rig->pad_w != pad_w || rig->pad_h != pad_h) {
+      *changed = true;
       RigGeometry g;
       g.lidar2img = f.lidar2img;
       g.pad_w = pad_w;
@@ -116,19 +124,19 @@ struct BevFormer::Impl {
 
   // The image stage: backbone, neck, flattened camera features with their embeddings, and every
   // encoder layer's SCA value projection.
-  std::vector<ScaInputs> image_stage(const Tensor& img, Taps* taps) {
+  std::vector<ScaInputs> image_stage(Ops& o, const Tensor& img, Taps* taps) {
     const int64_t cams = img.size(0), c = cfg.transformer.embed_dims, heads = cfg.transformer.sca.num_heads;
-    ops.set_stage("img.stem");
-    const Tensor x = ops.permute(img, {0, 2, 3, 1}, "img.nhwc");
-    const std::vector<Tensor> feats = resnet_forward(ops, resnet, cfg.backbone, x);
-    const std::vector<Tensor> levels = fpn_forward(ops, fpn, cfg.neck, feats);
+    o.set_stage("img.stem");
+    const Tensor x = o.permute(img, {0, 2, 3, 1}, "img.nhwc");
+    const std::vector<Tensor> feats = resnet_forward(o, resnet, cfg.backbone, x);
+    const std::vector<Tensor> levels = fpn_forward(o, fpn, cfg.neck, feats);
     if (taps) {
       taps->put("img", img);
       for (size_t i = 0; i < feats.size(); ++i) taps->put("backbone." + std::to_string(i), nchw(feats[i]));
       for (size_t i = 0; i < levels.size(); ++i) taps->put("neck." + std::to_string(i), nchw(levels[i]));
     }
 
-    ops.set_stage("img.values");
+    o.set_stage("img.values");
     SpatialShapes shapes;
     std::vector<int64_t> starts;
     std::vector<Tensor> flat;
@@ -140,10 +148,10 @@ struct BevFormer::Impl {
       starts.push_back(total);
       total += h * w;
       Tensor f = levels[l].reshape({cams, h * w, c});
-      if (cfg.transformer.use_cams_embeds) f = ops.add(f, cam_rows, "feat_flatten.cams_embeds." + std::to_string(l));
-      flat.push_back(ops.add_rows(f, level_embeds[l], "feat_flatten.level_embeds." + std::to_string(l)));
+      if (cfg.transformer.use_cams_embeds) f = o.add(f, cam_rows, "feat_flatten.cams_embeds." + std::to_string(l));
+      flat.push_back(o.add_rows(f, level_embeds[l], "feat_flatten.level_embeds." + std::to_string(l)));
     }
-    const Tensor feat = flat.size() == 1 ? flat[0] : ops.concat(flat, 1, "feat_flatten");
+    const Tensor feat = flat.size() == 1 ? flat[0] : o.concat(flat, 1, "feat_flatten");
     if (taps) {
       std::vector<int64_t> ss;
       for (const auto& [h, w] : shapes) {
@@ -156,7 +164,7 @@ struct BevFormer::Impl {
     std::vector<ScaInputs> sca;
     for (size_t i = 0; i < encoder.layers.size(); ++i) {
       ScaInputs s;
-      s.value = ops.linear(feat, encoder.layers[i].sca.value_proj,
+      s.value = o.linear(feat, encoder.layers[i].sca.value_proj,
                            "encoder.layers." + std::to_string(i) + ".attentions.1.deformable_attention.value_proj")
                     .reshape({cams, total, heads, c / heads});
       s.spatial_shapes = shapes;
@@ -166,22 +174,171 @@ struct BevFormer::Impl {
     return sca;
   }
 
-  FrameOutput forward(const FrameInput& f, Taps* taps) {
-    check_frame(f);
-    const TemporalStep step = temporal_step(state, f.scene_token, f.can_bus, cfg.video_test_mode);
-    if (!step.use_prev_bev) prev_bev = Tensor();
-    const int bev_h = cfg.head.bev_h, bev_w = cfg.head.bev_w;
-    const int64_t hw = int64_t{bev_h} * bev_w, c = cfg.transformer.embed_dims;
+  // The bev stage: encoder, decoder, heads and the top-k (everything after the host geometry).
+  struct BevOutputs {
+    Tensor bev_embed;   // [HW, C]
+    Tensor all_cls;     // [layers, Q, classes]
+    Tensor all_preds;   // [layers, Q, code]
+    Tensor last_preds;  // [Q, code]
+    Tensor top_scores, top_index;
+  };
 
-    // Host geometry (float64/float32 as upstream), written into the stages' input tensors.
-    const RigGeometry& rg = rig_geometry(f);
+  BevOutputs bev_stage(Ops& o, const EncoderInputs& in, Taps* taps) {
+    const int64_t hw = int64_t{cfg.head.bev_h} * cfg.head.bev_w, c = cfg.transformer.embed_dims;
+    BevOutputs r;
+    r.bev_embed = encoder_forward(o, encoder, cfg, in, taps);
+    if (taps) taps->put("bev_embed", r.bev_embed.reshape({hw, 1, c}));
+    const DecoderOutputs dec = decoder_forward(o, decoder, head, cfg, r.bev_embed, taps);
+
+    o.set_stage("dec.heads");
+    const int64_t q_len = decoder.query.size(0), layers = static_cast<int64_t>(dec.states.size());
+    const int64_t classes = cfg.head.num_classes, code = cfg.head.code_size;
+    const BboxDenormalizeAttrs denorm = bbox_denormalize_attrs(cfg.head.pc_range);
+    std::vector<Tensor> cls, preds;
+    for (int64_t l = 0; l < layers; ++l) {
+      const auto li = static_cast<size_t>(l);
+      cls.push_back(cls_branch_forward(o, head.cls[li], dec.states[li], "cls_branches." + std::to_string(l))
+                        .reshape({1, q_len, classes}));
+      preds.push_back(o.bbox_denormalize(dec.reg[li], dec.refined[li], denorm, "bbox_preds." + std::to_string(l))
+                          .reshape({1, q_len, code}));
+    }
+    o.set_stage("dec.pack");
+    r.all_cls = (layers == 1 ? cls[0] : o.concat(cls, 0, "all_cls_scores")).reshape({layers, q_len, classes});
+    r.all_preds = (layers == 1 ? preds[0] : o.concat(preds, 0, "all_bbox_preds")).reshape({layers, q_len, code});
+    r.last_preds = preds.back().reshape({q_len, code});
+    const Tensor scores = o.sigmoid(cls.back().reshape({q_len * classes}), "scores");
+    const int64_t k = std::min<int64_t>(cfg.head.max_num, q_len * classes);
+    std::tie(r.top_scores, r.top_index) = o.topk(scores, k, "topk");
+    if (taps) {
+      taps->put("all_cls_scores", r.all_cls.reshape({layers, 1, q_len, classes}));
+      taps->put("all_bbox_preds", r.all_preds.reshape({layers, 1, q_len, code}));
+    }
+    return r;
+  }
+
+  // ---- recorded plans: each stage recorded once per shape, then replayed ----
+
+  struct ImagePlan {
+    Shape shape;
+    bool tapped = false;
+    Tensor img;                   // the input, rewritten in place every frame
+    std::vector<ScaInputs> sca;   // the outputs (kept out of the arena)
+    Taps taps{true};
+    Plan plan;
+  };
+  struct BevPlan {
+    bool use_prev = false;
+    bool tapped = false;
+    EncoderInputs in;             // can_bus, tsa_reference, prev_bev, rotation_index: rewritten per frame
+    BevOutputs out;
+    Taps taps{true};
+    Plan plan;
+  };
+  std::unique_ptr<ImagePlan> image_plan;
+  std::vector<std::unique_ptr<BevPlan>> bev_plans;  // one per history variant and tap setting
+
+  static std::vector<Tensor> tap_tensors(const Taps& t) {
+    std::vector<Tensor> v;
+    for (const auto& [name, tensor] : t.all()) v.push_back(tensor);
+    return v;
+  }
+  static void copy_into(const Tensor& dst, const Tensor& src) {
+    if (dst.shape() != src.shape() || dst.dtype() != src.dtype()) {
+      throw Error(ErrorKind::kInternal, "plan input " + dst.describe() + " given " + src.describe());
+    }
+    const Tensor c = src.contiguous();
+    std::memcpy(dst.raw_data(), c.raw_data(), c.nbytes());
+  }
+  static void materialize(const Taps& refs, const Plan& plan, Taps& out) {
+    for (const auto& [name, t] : refs.all()) out.put(name, plan.resolve(t));
+  }
+
+  const std::vector<ScaInputs>& image_planned(const Tensor& img, Taps* taps) {
+    const bool tapped = taps != nullptr;
+    if (!image_plan || image_plan->shape != img.shape() || image_plan->tapped != tapped) {
+      auto p = std::make_unique<ImagePlan>();
+      p->shape = img.shape();
+      p->tapped = tapped;
+      p->img = img.clone();
+      Ops rec(ops.backend(), Ops::Mode::kRecord);
+      p->sca = image_stage(rec, p->img, tapped ? &p->taps : nullptr);
+      std::vector<Tensor> keep = tap_tensors(p->taps);
+      for (const ScaInputs& s : p->sca) keep.push_back(s.value);
+      p->plan = Plan("image", rec.take_nodes(), keep);
+      image_plan = std::move(p);
+      bev_plans.clear();  // they read the old plan's outputs
+    } else {
+      copy_into(image_plan->img, img);
+      image_plan->plan.replay(ops.backend());
+    }
+    if (taps) materialize(image_plan->taps, image_plan->plan, *taps);
+    return image_plan->sca;
+  }
+
+  const BevOutputs& bev_planned(const EncoderInputs& in, const RigGeometry& rg, Taps* taps) {
+    const bool use_prev = in.prev_bev.defined(), tapped = taps != nullptr;
+    BevPlan* plan = nullptr;
+    for (auto& p : bev_plans) {
+      if (p->use_prev == use_prev && p->tapped == tapped) plan = p.get();
+    }
+    if (plan == nullptr) {
+      auto p = std::make_unique<BevPlan>();
+      p->use_prev = use_prev;
+      p->tapped = tapped;
+      p->in.can_bus = in.can_bus.clone();
+      p->in.tsa_reference = in.tsa_reference.clone();
+      if (use_prev) {
+        p->in.prev_bev = in.prev_bev.clone();
+        p->in.rotation_index = in.rotation_index.clone();
+      }
+      p->in.sca = image_plan->sca;
+      for (ScaInputs& s : p->in.sca) {
+        s.query_index = rg.plan.query_index;
+        s.reference = rg.plan.reference;
+        s.inv_count = rg.plan.inv_count;
+      }
+      Ops rec(ops.backend(), Ops::Mode::kRecord);
+      p->out = bev_stage(rec, p->in, tapped ? &p->taps : nullptr);
+      std::vector<Tensor> keep = tap_tensors(p->taps);
+      for (const Tensor& t : {p->out.bev_embed, p->out.all_cls, p->out.all_preds, p->out.last_preds, p->out.top_scores,
+                              p->out.top_index}) {
+        keep.push_back(t);
+      }
+      p->plan = Plan(use_prev ? "bev (with history)" : "bev (first frame)", rec.take_nodes(), keep);
+      plan = p.get();
+      bev_plans.push_back(std::move(p));
+    } else {
+      copy_into(plan->in.can_bus, in.can_bus);
+      copy_into(plan->in.tsa_reference, in.tsa_reference);
+      if (use_prev) {
+        copy_into(plan->in.prev_bev, in.prev_bev);
+        copy_into(plan->in.rotation_index, in.rotation_index);
+      }
+      plan->plan.replay(ops.backend());
+    }
+    if (taps) materialize(plan->taps, plan->plan, *taps);
+    return plan->out;
+  }
+
+  FrameOutput forward(const FrameInput& f, StreamHistory& history, Taps* taps) {
+    const std::lock_guard<std::mutex> lock(mu);
+    check_frame(f);
+    // The history changes only when the frame completes: a failure leaves it as it was.
+    TemporalState next_state = history.state;
+    const TemporalStep step = temporal_step(next_state, f.scene_token, f.can_bus, cfg.video_test_mode);
+    const int bev_h = cfg.head.bev_h, bev_w = cfg.head.bev_w;
+
+    // Host geometry (float64/float32 as upstream), the stages' per-frame inputs.
+    bool rig_changed = false;
+    const RigGeometry& rg = rig_geometry(f, &rig_changed);
+    if (rig_changed) bev_plans.clear();  // they read the old rig's SCA plan tensors
     const std::array<float, 2> shift = bev_shift(step.can_bus, cfg);
     EncoderInputs in;
     in.can_bus = Tensor::empty({1, 18}, DType::kF32);
     for (int i = 0; i < 18; ++i) in.can_bus.data<float>()[i] = static_cast<float>(step.can_bus[static_cast<size_t>(i)]);
     in.tsa_reference = tsa_reference(cfg, shift, step.use_prev_bev);
     if (step.use_prev_bev) {
-      in.prev_bev = prev_bev;
+      in.prev_bev = history.prev_bev;
       in.rotation_index = i64_tensor(
           rotation_source_index(bev_h, bev_w, step.can_bus[17], cfg.transformer.rotate_center));
     }
@@ -197,62 +354,99 @@ struct BevFormer::Impl {
       taps->put("dbg.bev_mask_count", i64_tensor(rg.plan.count_per_camera));
     }
 
-    in.sca = image_stage(f.img, taps);
-    for (ScaInputs& s : in.sca) {
-      s.query_index = rg.plan.query_index;
-      s.reference = rg.plan.reference;
-      s.inv_count = rg.plan.inv_count;
+    BevOutputs r;
+    if (replay) {
+      image_planned(f.img, taps);
+      r = bev_planned(in, rg, taps);
+      // The plan's buffers are reused by the next frame (of any stream): copy what leaves.
+      for (Tensor* t : {&r.bev_embed, &r.all_cls, &r.all_preds, &r.last_preds, &r.top_scores, &r.top_index}) {
+        *t = t->clone();
+      }
+    } else {
+      in.sca = image_stage(ops, f.img, taps);
+      for (ScaInputs& s : in.sca) {
+        s.query_index = rg.plan.query_index;
+        s.reference = rg.plan.reference;
+        s.inv_count = rg.plan.inv_count;
+      }
+      r = bev_stage(ops, in, taps);
     }
 
-    // The bev stage.
-    const Tensor bev_embed = encoder_forward(ops, encoder, cfg, in, taps);
-    if (taps) taps->put("bev_embed", bev_embed.reshape({hw, 1, c}));
-    const DecoderOutputs dec = decoder_forward(ops, decoder, head, cfg, bev_embed, taps);
-
-    ops.set_stage("dec.heads");
-    const int64_t q_len = decoder.query.size(0), layers = static_cast<int64_t>(dec.states.size());
-    const int64_t classes = cfg.head.num_classes, code = cfg.head.code_size;
-    const BboxDenormalizeAttrs denorm = bbox_denormalize_attrs(cfg.head.pc_range);
-    std::vector<Tensor> cls, preds;
-    for (int64_t l = 0; l < layers; ++l) {
-      const auto li = static_cast<size_t>(l);
-      cls.push_back(cls_branch_forward(ops, head.cls[li], dec.states[li], "cls_branches." + std::to_string(l))
-                        .reshape({1, q_len, classes}));
-      preds.push_back(ops.bbox_denormalize(dec.reg[li], dec.refined[li], denorm, "bbox_preds." + std::to_string(l))
-                          .reshape({1, q_len, code}));
-    }
-    ops.set_stage("dec.pack");
     FrameOutput out;
-    out.all_cls_scores = layers == 1 ? cls[0] : ops.concat(cls, 0, "all_cls_scores");
-    out.all_bbox_preds = layers == 1 ? preds[0] : ops.concat(preds, 0, "all_bbox_preds");
-    const Tensor scores = ops.sigmoid(cls.back().reshape({q_len * classes}), "scores");
-    const int64_t k = std::min<int64_t>(cfg.head.max_num, q_len * classes);
-    const auto [top_scores, top_index] = ops.topk(scores, k, "topk");
-    out.detections = decode_detections(cfg.head, top_scores, top_index, preds.back().reshape({q_len, code}));
-    if (taps) {
-      taps->put("all_cls_scores", out.all_cls_scores.reshape({layers, 1, q_len, classes}));
-      taps->put("all_bbox_preds", out.all_bbox_preds.reshape({layers, 1, q_len, code}));
-    }
-    out.bev_embed = bev_embed;
+    out.detections = decode_detections(cfg.head, r.top_scores, r.top_index, r.last_preds);
+    out.bev_embed = r.bev_embed;
+    out.all_cls_scores = r.all_cls;
+    out.all_bbox_preds = r.all_preds;
     out.used_history = step.use_prev_bev;
 
-    prev_bev = bev_embed;
-    state.has_prev_bev = true;
+    next_state.has_prev_bev = true;
+    history.state = std::move(next_state);
+    history.prev_bev = r.bev_embed;
     return out;
+  }
+
+  std::string describe() const {
+    std::string s;
+    if (image_plan) s += image_plan->plan.describe();
+    for (const auto& p : bev_plans) s += p->plan.describe();
+    return s;
   }
 };
 
-BevFormer::BevFormer(ModelConfig cfg, const Checkpoint& checkpoint, Backend& backend)
-    : impl_(std::make_unique<Impl>(std::move(cfg), checkpoint, backend)) {}
+BevFormer::BevFormer(ModelConfig cfg, const Checkpoint& checkpoint, Backend& backend, bool replay)
+    : impl_(std::make_unique<Impl>(std::move(cfg), checkpoint, backend, replay)) {}
 BevFormer::~BevFormer() = default;
 
 const ModelConfig& BevFormer::config() const { return impl_->cfg; }
 
-FrameOutput BevFormer::forward(const FrameInput& frame, Taps* taps) { return impl_->forward(frame, taps); }
+FrameOutput BevFormer::forward(const FrameInput& frame, StreamHistory& history, Taps* taps) {
+  return impl_->forward(frame, history, taps);
+}
 
-void BevFormer::reset_history() {
-  impl_->state = TemporalState{};
-  impl_->prev_bev = Tensor();
+FrameOutput BevFormer::forward(const FrameInput& frame, Taps* taps) {
+  return impl_->forward(frame, impl_->default_history, taps);
+}
+
+void BevFormer::reset_history() { impl_->default_history = StreamHistory{}; }
+
+void BevFormer::replay_recorded_stages() {
+  const std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->image_plan) impl_->image_plan->plan.replay(impl_->ops.backend());
+  for (const auto& p : impl_->bev_plans) p->plan.replay(impl_->ops.backend());
+}
+
+bool BevFormer::replay_image_stage() {
+  const std::lock_guard<std::mutex> lock(impl_->mu);
+  if (!impl_->image_plan) return false;
+  impl_->image_plan->plan.replay(impl_->ops.backend());
+  return true;
+}
+
+bool BevFormer::replay_bev_stage(bool with_history) {
+  const std::lock_guard<std::mutex> lock(impl_->mu);
+  for (const auto& p : impl_->bev_plans) {
+    if (p->use_prev == with_history && !p->tapped) {
+      p->plan.replay(impl_->ops.backend());
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<BevFormer::PlanInfo> BevFormer::plan_info() const {
+  const std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<PlanInfo> out;
+  auto add = [&out](const Plan& p) {
+    out.push_back({p.name(), p.nodes().size(), p.buffers(), p.arena_bytes(), p.no_reuse_bytes()});
+  };
+  if (impl_->image_plan) add(impl_->image_plan->plan);
+  for (const auto& p : impl_->bev_plans) add(p->plan);
+  return out;
+}
+
+std::string BevFormer::describe() const {
+  const std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->describe();
 }
 
 }  // namespace bev

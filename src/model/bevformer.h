@@ -14,6 +14,7 @@
 #include "io/checkpoint.h"
 #include "model/coder.h"
 #include "model/config.h"
+#include "model/geometry.h"
 #include "model/taps.h"
 
 namespace bev {
@@ -34,22 +35,54 @@ struct FrameOutput {
   bool used_history = false;          // TSA saw the previous BEV
 };
 
+// One stream's history (forward_test's prev_frame_info): the previous BEV and the raw pose of the
+// previous frame. Streams own theirs; the model keeps one default history for single-stream use.
+struct StreamHistory {
+  TemporalState state;
+  Tensor prev_bev;  // [HW, C], the last frame's bev_embed
+};
+
 class BevFormer {
  public:
   // Binds and validates every weight the config needs (all problems reported at once) and
   // prepares them on `backend` (BN folded, weights packed). The checkpoint's tensors are
   // copied where prepared; it need not outlive the model.
-  BevFormer(ModelConfig cfg, const Checkpoint& checkpoint, Backend& backend);
+  // replay: each stage is recorded once per input shape (and history variant) into a plan with
+  // its activations in one arena, then replayed (bit-identical to eager); false runs every
+  // frame eagerly (debugging).
+  BevFormer(ModelConfig cfg, const Checkpoint& checkpoint, Backend& backend, bool replay = true);
   ~BevFormer();
   BevFormer(const BevFormer&) = delete;
   BevFormer& operator=(const BevFormer&) = delete;
 
   const ModelConfig& config() const;
 
-  // Runs one frame (both stages, eagerly) and carries the history to the next call, exactly as
-  // BEVFormer.forward_test. `taps` receives every golden-set tensor name it can produce.
+  // Runs one frame (both stages, eagerly) and carries `history` to the next call, exactly as
+  // BEVFormer.forward_test. `taps` receives every golden-set tensor name it can produce. A frame
+  // that fails its checks throws before the history changes. Calls serialize on the model.
+  FrameOutput forward(const FrameInput& frame, StreamHistory& history, Taps* taps = nullptr);
+  // The same with the model's own default history.
   FrameOutput forward(const FrameInput& frame, Taps* taps = nullptr);
   void reset_history();
+
+  // The recorded plans so far: per stage its ops, shapes, buffer offsets and arena size.
+  std::string describe() const;
+  // Replays every recorded stage once on the inputs it holds, with no host work around it (the
+  // allocation test and benchmarks time exactly the replay).
+  void replay_recorded_stages();
+  // The profiler's replays: one recorded stage on the inputs it holds, the image plan or the
+  // (untapped) bev plan of one history variant. False when that stage has not been recorded.
+  bool replay_image_stage();
+  bool replay_bev_stage(bool with_history);
+
+  // The recorded plans as numbers (the profiler's memory report).
+  struct PlanInfo {
+    std::string name;  // "image", "bev (with history)", ...
+    size_t ops = 0, buffers = 0;
+    size_t arena_bytes = 0;     // the activations, laid out by lifetime
+    size_t no_reuse_bytes = 0;  // the same buffers without sharing
+  };
+  std::vector<PlanInfo> plan_info() const;
 
  private:
   struct Impl;

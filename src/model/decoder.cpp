@@ -1,22 +1,16 @@
 #include "model/decoder.h"
 
-#include <cstring>
 
 namespace bev {
 namespace {
 
-// Stacks same-shaped tensors along a new leading axis (for the taps only).
-Tensor stack(const std::vector<Tensor>& parts, const Shape& each) {
+// Stacks same-shaped tensors along a new leading axis with an op (so a replayed plan refreshes it).
+Tensor stack(Ops& ops, const std::vector<Tensor>& parts, const Shape& each, const std::string& label) {
   Shape s = each;
-  s.insert(s.begin(), static_cast<int64_t>(parts.size()));
-  Tensor out = Tensor::empty(s, DType::kF32);
-  auto* dst = static_cast<char*>(out.raw_data());
-  for (const Tensor& p : parts) {
-    const Tensor c = p.contiguous();
-    std::memcpy(dst, c.raw_data(), c.nbytes());
-    dst += c.nbytes();
-  }
-  return out;
+  s.insert(s.begin(), 1);
+  std::vector<Tensor> views;
+  for (const Tensor& p : parts) views.push_back(p.reshape(s));
+  return views.size() == 1 ? views[0] : ops.concat(views, 0, label);
 }
 
 }  // namespace
@@ -83,8 +77,8 @@ DecoderOutputs decoder_forward(Ops& ops, const DecoderWeights& w, const HeadWeig
     out.references.push_back(reference);
   }
   if (taps) {
-    taps->put("dbg.inter_states", stack(out.states, {q_len, 1, c}));
-    taps->put("dbg.inter_references", stack(out.references, {1, q_len, 3}));
+    taps->put("dbg.inter_states", stack(ops, out.states, {q_len, 1, c}, "inter_states"));
+    taps->put("dbg.inter_references", stack(ops, out.references, {1, q_len, 3}, "inter_references"));
   }
   return out;
 }

@@ -3,13 +3,14 @@
 namespace bev {
 
 void Taps::put(const std::string& name, const Tensor& t) {
-  for (auto& [n, v] : tensors_) {
+  const Tensor v = by_reference_ ? t : t.clone();
+  for (auto& [n, old] : tensors_) {
     if (n == name) {
-      v = t.clone();
+      old = v;
       return;
     }
   }
-  tensors_.emplace_back(name, t.clone());
+  tensors_.emplace_back(name, v);
 }
 
 const Tensor* Taps::find(const std::string& name) const {

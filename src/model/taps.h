@@ -13,6 +13,11 @@ namespace bev {
 
 class Taps {
  public:
+  Taps() = default;
+  // by_reference: put() keeps the tensor itself, not a copy (a recording's taps, read again
+  // after every replay of the plan that keeps those tensors alive).
+  explicit Taps(bool by_reference) : by_reference_(by_reference) {}
+
   // Stores a contiguous copy of `t` (later ops or a replay may overwrite the original).
   void put(const std::string& name, const Tensor& t);
   const Tensor* find(const std::string& name) const;
@@ -20,6 +25,7 @@ class Taps {
   void clear() { tensors_.clear(); }
 
  private:
+  bool by_reference_ = false;
   std::vector<std::pair<std::string, Tensor>> tensors_;
 };
 
