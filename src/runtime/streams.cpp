@@ -1,0 +1,205 @@
+#include "runtime/streams.h"
+
+#include <chrono>
+#include <cstdio>
+#include <limits>
+#include <utility>
+
+#include "bevformer/error.h"
+
+namespace bev {
+
+struct StreamRegistry::Entry {
+  std::string id;
+  std::mutex run;            // held by the lease for the whole frame
+  // Guarded by the registry's mu_:
+  int leases = 0;            // taken or waiting
+  double last_used = 0;      // wall clock
+  bool evicted = false;
+  // Guarded by `run`:
+  StreamHistory history;
+  uint64_t frames = 0;
+  bool has_timestamp = false;
+  double last_timestamp = 0;
+};
+
+namespace {
+
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string seconds_text(double s) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3g s", s);
+  return buf;
+}
+
+}  // namespace
+
+StreamRegistry::StreamRegistry(StreamLimits limits, std::function<double()> clock)
+    : limits_(limits), clock_(clock ? std::move(clock) : std::function<double()>(steady_seconds)) {
+  if (limits_.max_streams == 0) {
+    throw Error(ErrorKind::kInvalidInput, "max_streams is 0").where("stream limits").expected("at least 1");
+  }
+}
+
+StreamRegistry::~StreamRegistry() = default;
+
+// ---- Lease ----
+
+StreamRegistry::Lease::Lease(StreamRegistry* owner, std::shared_ptr<Entry> entry)
+    : owner_(owner), entry_(std::move(entry)), lock_(entry_->run) {}
+
+StreamRegistry::Lease::Lease(Lease&& other) noexcept
+    : owner_(other.owner_), entry_(std::move(other.entry_)), lock_(std::move(other.lock_)) {
+  other.owner_ = nullptr;
+}
+
+StreamRegistry::Lease::~Lease() {
+  if (owner_ && entry_) {
+    lock_.unlock();
+    owner_->released(*entry_);
+  }
+}
+
+const std::string& StreamRegistry::Lease::id() const { return entry_->id; }
+
+StreamHistory& StreamRegistry::Lease::history() { return entry_->history; }
+
+std::string StreamRegistry::Lease::begin_frame(double timestamp) {
+  Entry& e = *entry_;
+  if (!e.has_timestamp || !e.history.state.has_prev_bev) return {};
+  std::string reason;
+  if (!(timestamp > e.last_timestamp)) {
+    reason = "timestamp did not increase (" + std::to_string(timestamp) + " after " + std::to_string(e.last_timestamp) + ")";
+    const std::lock_guard<std::mutex> g(owner_->mu_);
+    ++owner_->stats_.resets_backwards;
+  } else if (timestamp - e.last_timestamp > owner_->limits_.max_gap_seconds) {
+    reason = "time gap of " + seconds_text(timestamp - e.last_timestamp) + " (limit " +
+             seconds_text(owner_->limits_.max_gap_seconds) + ")";
+    const std::lock_guard<std::mutex> g(owner_->mu_);
+    ++owner_->stats_.resets_gap;
+  }
+  if (!reason.empty()) e.history = StreamHistory{};
+  return reason;
+}
+
+void StreamRegistry::Lease::end_frame(double timestamp) {
+  entry_->has_timestamp = true;
+  entry_->last_timestamp = timestamp;
+  ++entry_->frames;
+}
+
+// ---- registry ----
+
+void StreamRegistry::released(Entry& e) {
+  const std::lock_guard<std::mutex> g(mu_);
+  --e.leases;
+  e.last_used = clock_();
+}
+
+void StreamRegistry::evict_locked(double now, const std::string& keep) {
+  for (auto it = streams_.begin(); it != streams_.end();) {
+    Entry& e = *it->second;
+    if (it->first != keep && e.leases == 0 && now - e.last_used > limits_.idle_ttl_seconds) {
+      e.evicted = true;
+      ++stats_.evicted_ttl;
+      it = streams_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  while (streams_.size() >= limits_.max_streams) {
+    auto oldest = streams_.end();
+    double oldest_use = std::numeric_limits<double>::infinity();
+    for (auto it = streams_.begin(); it != streams_.end(); ++it) {
+      if (it->first != keep && it->second->leases == 0 && it->second->last_used < oldest_use) {
+        oldest = it;
+        oldest_use = it->second->last_used;
+      }
+    }
+    if (oldest == streams_.end()) {
+      throw Error(ErrorKind::kUnsupported, "all " + std::to_string(limits_.max_streams) + " stream slots are busy")
+          .where("streams")
+          .hint("retry later, or raise the stream limit");
+    }
+    oldest->second->evicted = true;
+    ++stats_.evicted_lru;
+    streams_.erase(oldest);
+  }
+}
+
+StreamRegistry::Lease StreamRegistry::acquire(const std::string& id) {
+  if (id.empty()) throw Error(ErrorKind::kInvalidInput, "empty stream id").where("streams").expected("a non-empty id");
+  std::shared_ptr<Entry> entry;
+  {
+    const std::lock_guard<std::mutex> g(mu_);
+    const double now = clock_();
+    auto it = streams_.find(id);
+    if (it == streams_.end()) {
+      evict_locked(now, id);
+      entry = std::make_shared<Entry>();
+      entry->id = id;
+      streams_.emplace(id, entry);
+      ++stats_.created;
+    } else {
+      entry = it->second;
+      evict_locked(now, id);
+    }
+    ++entry->leases;
+    entry->last_used = now;
+  }
+  return Lease(this, std::move(entry));  // waits for the stream's running frame, if any
+}
+
+bool StreamRegistry::drop(const std::string& id) {
+  std::shared_ptr<Entry> entry;
+  {
+    const std::lock_guard<std::mutex> g(mu_);
+    auto it = streams_.find(id);
+    if (it == streams_.end()) return false;
+    entry = it->second;
+    streams_.erase(it);
+    ++stats_.dropped;
+  }
+  // A frame in flight finishes on its entry; the next acquire starts a fresh stream.
+  return true;
+}
+
+std::vector<StreamInfo> StreamRegistry::list() const {
+  std::vector<std::shared_ptr<Entry>> entries;
+  double now = 0;
+  {
+    const std::lock_guard<std::mutex> g(mu_);
+    now = clock_();
+    for (const auto& [id, e] : streams_) entries.push_back(e);
+  }
+  std::vector<StreamInfo> out;
+  for (const auto& e : entries) {
+    StreamInfo i;
+    i.id = e->id;
+    std::unique_lock<std::mutex> run(e->run, std::try_to_lock);
+    i.busy = !run.owns_lock();
+    if (run.owns_lock()) {
+      i.frames = e->frames;
+      i.last_timestamp = e->last_timestamp;
+      i.has_history = e->history.state.has_prev_bev;
+    }
+    {
+      const std::lock_guard<std::mutex> g(mu_);
+      i.idle_seconds = e->leases > 0 ? 0.0 : now - e->last_used;
+    }
+    out.push_back(std::move(i));
+  }
+  return out;
+}
+
+StreamStats StreamRegistry::stats() const {
+  const std::lock_guard<std::mutex> g(mu_);
+  StreamStats s = stats_;
+  s.active = streams_.size();
+  return s;
+}
+
+}  // namespace bev

@@ -1,0 +1,92 @@
+// Per-stream history for many vehicles at once: for every stream id the previous BEV, pose and
+// timestamp (StreamHistory), with the reset rules of a real deployment on top of upstream's scene
+// rule (a time gap over a knob, or a timestamp that does not increase), and bounded memory
+// (least-recently-used eviction past max_streams, idle streams evicted after a TTL). Streams are
+// used concurrently from several threads; each stream's frames run one at a time, in the order
+// their leases are taken.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "model/bevformer.h"
+
+namespace bev {
+
+struct StreamLimits {
+  size_t max_streams = 64;        // past this, the least recently used idle stream is evicted
+  double idle_ttl_seconds = 600;  // a stream unused this long (wall clock) is evicted
+  double max_gap_seconds = 10.0;  // a frame this much later than the stream's last resets history
+};
+
+struct StreamInfo {
+  std::string id;
+  uint64_t frames = 0;          // frames completed
+  double last_timestamp = 0;    // of the last completed frame (frame time, seconds)
+  double idle_seconds = 0;      // wall clock since last use
+  bool has_history = false;     // the next frame can use the previous BEV
+  bool busy = false;            // a frame is running
+};
+
+struct StreamStats {
+  size_t active = 0;
+  uint64_t created = 0, evicted_lru = 0, evicted_ttl = 0, dropped = 0;
+  uint64_t resets_gap = 0, resets_backwards = 0;
+};
+
+class StreamRegistry {
+  struct Entry;
+
+ public:
+  // `clock` returns wall-clock seconds (monotonic); tests inject their own.
+  explicit StreamRegistry(StreamLimits limits = {}, std::function<double()> clock = {});
+  ~StreamRegistry();
+
+  // Exclusive use of one stream while a frame runs.
+  class Lease {
+   public:
+    Lease(Lease&&) noexcept;
+    Lease& operator=(Lease&&) = delete;
+    ~Lease();
+    const std::string& id() const;
+    StreamHistory& history();
+    // Applies the reset rules for a frame stamped `timestamp` before it runs; returns why the
+    // history was dropped ("time gap of 12.5 s", "timestamp went backwards"), or "" if kept.
+    std::string begin_frame(double timestamp);
+    // Records a completed frame.
+    void end_frame(double timestamp);
+
+   private:
+    friend class StreamRegistry;
+    Lease(StreamRegistry* owner, std::shared_ptr<Entry> entry);
+    StreamRegistry* owner_;
+    std::shared_ptr<Entry> entry_;
+    std::unique_lock<std::mutex> lock_;
+  };
+
+  // Creates the stream on first use (evicting as the limits say). Blocks while another thread
+  // runs a frame of the same stream. Throws Error(kUnsupported) when every slot is busy.
+  Lease acquire(const std::string& id);
+  // Forgets a stream's history; false when there is no such stream.
+  bool drop(const std::string& id);
+  std::vector<StreamInfo> list() const;
+  StreamStats stats() const;
+  const StreamLimits& limits() const { return limits_; }
+
+ private:
+  void evict_locked(double now, const std::string& keep);
+  void released(Entry& e);
+
+  StreamLimits limits_;
+  std::function<double()> clock_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<Entry>> streams_;
+  StreamStats stats_;
+};
+
+}  // namespace bev

@@ -1,0 +1,150 @@
+// The stream registry: bounded (LRU past max_streams, TTL for idle streams), the reset rules
+// (time gap, timestamp not increasing), and many streams from several threads, each with the
+// history it would have had alone.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "backend/backend.h"
+#include "model/synthetic.h"
+#include "runtime/streams.h"
+
+namespace bev {
+namespace {
+
+struct FakeClock {
+  double now = 1000;
+  std::function<double()> fn() {
+    return [this] { return now; };
+  }
+};
+
+bool has(const std::vector<StreamInfo>& list, const std::string& id) {
+  for (const auto& s : list) {
+    if (s.id == id) return true;
+  }
+  return false;
+}
+
+TEST(Streams, LeastRecentlyUsedIsEvictedPastTheLimit) {
+  FakeClock clock;
+  StreamRegistry reg({.max_streams = 3, .idle_ttl_seconds = 1e9, .max_gap_seconds = 10}, clock.fn());
+  for (const char* id : {"a", "b", "c"}) {
+    clock.now += 1;
+    reg.acquire(id);
+  }
+  clock.now += 1;
+  reg.acquire("a");  // a is now the most recent; b the least
+  clock.now += 1;
+  reg.acquire("d");
+  const auto list = reg.list();
+  EXPECT_EQ(list.size(), 3u);
+  EXPECT_TRUE(has(list, "a") && has(list, "c") && has(list, "d"));
+  EXPECT_FALSE(has(list, "b"));
+  EXPECT_EQ(reg.stats().evicted_lru, 1u);
+  EXPECT_EQ(reg.stats().created, 4u);
+}
+
+TEST(Streams, IdleStreamsExpire) {
+  FakeClock clock;
+  StreamRegistry reg({.max_streams = 10, .idle_ttl_seconds = 60, .max_gap_seconds = 10}, clock.fn());
+  reg.acquire("old");
+  clock.now += 30;
+  reg.acquire("young");
+  clock.now += 45;  // old idle 75 s, young 45 s
+  reg.acquire("new");
+  const auto list = reg.list();
+  EXPECT_FALSE(has(list, "old"));
+  EXPECT_TRUE(has(list, "young") && has(list, "new"));
+  EXPECT_EQ(reg.stats().evicted_ttl, 1u);
+}
+
+TEST(Streams, BusyStreamsAreNeverEvictedAndAFullRegistrySaysSo) {
+  FakeClock clock;
+  StreamRegistry reg({.max_streams = 2, .idle_ttl_seconds = 0, .max_gap_seconds = 10}, clock.fn());
+  auto a = reg.acquire("a");
+  auto b = reg.acquire("b");
+  clock.now += 100;
+  try {
+    reg.acquire("c");
+    FAIL() << "a third stream fit into two busy slots";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("busy"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(reg.list().size(), 2u);
+}
+
+TEST(Streams, GapsAndNonIncreasingTimestampsResetHistory) {
+  StreamRegistry reg({.max_streams = 4, .idle_ttl_seconds = 1e9, .max_gap_seconds = 2.0});
+  auto lease = reg.acquire("car");
+  EXPECT_EQ(lease.begin_frame(10.0), "");
+  lease.history().state.has_prev_bev = true;  // as a completed frame leaves it
+  lease.end_frame(10.0);
+  EXPECT_EQ(lease.begin_frame(11.5), "");
+  EXPECT_TRUE(lease.history().state.has_prev_bev);
+  lease.end_frame(11.5);
+  EXPECT_NE(lease.begin_frame(14.0).find("time gap"), std::string::npos);
+  EXPECT_FALSE(lease.history().state.has_prev_bev);
+  lease.history().state.has_prev_bev = true;
+  lease.end_frame(14.0);
+  EXPECT_NE(lease.begin_frame(13.0).find("did not increase"), std::string::npos);
+  EXPECT_FALSE(lease.history().state.has_prev_bev);
+  EXPECT_EQ(reg.stats().resets_gap, 1u);
+  EXPECT_EQ(reg.stats().resets_backwards, 1u);
+}
+
+TEST(Streams, DropForgetsAStream) {
+  StreamRegistry reg;
+  reg.acquire("x");
+  EXPECT_TRUE(reg.drop("x"));
+  EXPECT_FALSE(reg.drop("x"));
+  EXPECT_TRUE(reg.list().empty());
+  EXPECT_THROW(reg.acquire(""), Error);
+}
+
+// Four streams of three frames each, from four threads through one model: every stream's BEV
+// equals what it gives when run alone, in order.
+TEST(Streams, ConcurrentStreamsKeepTheirOwnHistory) {
+  const ModelConfig cfg = load_config(std::string(BEV_SHARED_DIR) + "/golden/micro/config.json");
+  auto backend = make_cpu_backend(2, Precision::kF32);
+  const Checkpoint ck = random_checkpoint(cfg, 21);
+  BevFormer model(cfg, ck, *backend);
+  constexpr int kStreams = 4, kFrames = 3;
+  auto frame = [&](int s, int k) {
+    FrameInput f = synthetic_frame(cfg, 100 + static_cast<uint64_t>(s), k);
+    f.scene_token = "scene-" + std::to_string(s);
+    return f;
+  };
+  std::vector<std::vector<Tensor>> alone(kStreams);
+  for (int s = 0; s < kStreams; ++s) {
+    StreamHistory h;
+    for (int k = 0; k < kFrames; ++k) alone[s].push_back(model.forward(frame(s, k), h).bev_embed);
+  }
+  StreamRegistry reg;
+  std::vector<std::vector<Tensor>> together(kStreams, std::vector<Tensor>(kFrames));
+  std::vector<std::thread> threads;
+  for (int s = 0; s < kStreams; ++s) {
+    threads.emplace_back([&, s] {
+      for (int k = 0; k < kFrames; ++k) {
+        auto lease = reg.acquire("car-" + std::to_string(s));
+        lease.begin_frame(k * 0.5);
+        together[s][k] = model.forward(frame(s, k), lease.history()).bev_embed;
+        lease.end_frame(k * 0.5);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int s = 0; s < kStreams; ++s) {
+    for (int k = 0; k < kFrames; ++k) {
+      ASSERT_EQ(together[s][k].shape(), alone[s][k].shape());
+      EXPECT_EQ(std::memcmp(together[s][k].raw_data(), alone[s][k].raw_data(), alone[s][k].nbytes()), 0)
+          << "stream " << s << " frame " << k;
+    }
+  }
+  EXPECT_EQ(reg.stats().active, static_cast<size_t>(kStreams));
+}
+
+}  // namespace
+}  // namespace bev
