@@ -11,7 +11,7 @@ artifacts="$dir/fuzz-artifacts"  # crash reproducers outlive the run
 mkdir -p "$artifacts"
 "$dir/bin/fuzz_make_seeds" "$work/seeds"
 fail=0
-for target in fuzz_pth fuzz_safetensors fuzz_pickle; do
+for target in fuzz_pth fuzz_safetensors fuzz_pickle fuzz_frame_json; do
   mkdir -p "$work/$target"
   cp "$work/seeds/$target"/* "$work/$target/"
   if "$dir/bin/$target" "$work/$target" -max_total_time="$seconds" -max_len=65536 -timeout=10 \

@@ -1,0 +1,62 @@
+// Camera images: JPEG and PNG decoded with OpenCV exactly as upstream's mmcv.imread does
+// (libjpeg-turbo / libpng through cv::imdecode, BGR channel order), into u8 [H, W, 3] tensors.
+// Damaged input is refused before decoding: libjpeg fills a truncated JPEG with grey and only
+// warns, so the byte stream's structure is walked first (JPEG markers up to EOI, PNG chunks up to
+// IEND). Images larger than kMaxImagePixels are refused from the header, before any allocation.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace bev {
+
+constexpr int64_t kMaxImagePixels = int64_t{1} << 26;  // 64 Mpixel (8192 x 8192)
+
+enum class ImageFormat : uint8_t { kJpeg, kPng };
+const char* image_format_name(ImageFormat f);  // "JPEG" | "PNG"
+
+struct ImageHeader {
+  ImageFormat format = ImageFormat::kJpeg;
+  int width = 0;
+  int height = 0;
+};
+
+// Reads the format and size from the header and checks that the stream is complete (every JPEG
+// segment up to EOI, every PNG chunk up to IEND, inside the bytes). Error(kInvalidInput) names
+// `name` (a file path or "cameras[2].image") for anything else: empty, not JPEG/PNG, truncated.
+ImageHeader inspect_image(std::span<const uint8_t> bytes, const std::string& name);
+
+// Decodes to u8 [H, W, 3], BGR (cv::IMREAD_COLOR: grey becomes 3 channels, alpha is dropped,
+// 16-bit is scaled to 8-bit; EXIF orientation is ignored, as calibration refers to the sensor's
+// pixels). Errors name `name`.
+Tensor decode_image(std::span<const uint8_t> bytes, const std::string& name);
+// Reads a file: kNotFound when it does not exist, kIo when it cannot be read, else decode_image.
+Tensor read_image(const std::string& path);
+std::vector<uint8_t> read_file_bytes(const std::string& path);
+
+// The test pipeline's per-image steps (upstream: mmcv.imnormalize, mmcv.imresize, the pad of
+// PadMultiViewImage), with OpenCV exactly as upstream calls it: float32; BGR->RGB when to_rgb;
+// cv::subtract(mean) then cv::multiply(1 / std) (mean and std in float64, per channel, in the
+// order after to_rgb); cv::resize INTER_LINEAR of the normalized image when the resized size
+// differs from the image's; zero padding at the bottom and right.
+struct ImagePreprocess {
+  std::array<double, 3> mean{};
+  std::array<double, 3> std{1, 1, 1};
+  bool to_rgb = false;
+  int resized_width = 0;  // the size after resize (the image's own size: no resize)
+  int resized_height = 0;
+  int padded_width = 0;   // >= resized
+  int padded_height = 0;
+};
+// `bgr` u8 [H, W, 3] -> writes f32 [3, padded_height, padded_width] (CHW) to `out`.
+void preprocess_image_into(const Tensor& bgr, const ImagePreprocess& p, float* out);
+
+// Encodes a u8 [H, W, 3] BGR tensor; `ext` is ".png" or ".jpg" (quality 95).
+std::vector<uint8_t> encode_image(const Tensor& bgr, const std::string& ext);
+
+}  // namespace bev
