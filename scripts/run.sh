@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
-# The main job. Until the model lands, it inspects a checkpoint and validates it against its
-# config: by default the bundled golden set's official-format checkpoint, or the checkpoint you
-# pass. Usage: scripts/run.sh [CHECKPOINT [CONFIG]]   (CONFIG: tiny|small|base|path.json)
+# The main job: 3D detection on the bundled real nuScenes keyframe (data/nuscenes-demo), written
+# as JSON (detections in the LiDAR and world frames, plus nuScenes results_nusc.json) and rendered
+# as a picture (the six cameras with projected boxes, a BEV panel, the ground truth dashed).
+# Without a checkpoint a seeded UNTRAINED model runs, and every output says so.
+# Usage: scripts/run.sh [CHECKPOINT [CONFIG]]   (CONFIG: tiny|small|base|path.json; default tiny)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 echo "run: building (release)"
 bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release
-shared=$(cd .. && pwd)/shared
-ckpt=${1:-$shared/golden/micro/checkpoint.pth}
-config=${2:-}
-if [ -z "$config" ] && [ $# -eq 0 ]; then config=$shared/golden/micro/config.json; fi
-echo "run: inspecting $ckpt${config:+ against $config}"
-exec build/bin/bevformer inspect "$ckpt" ${config:+--config "$config"} --no-tensors
+weights=${1:-}
+config=${2:-tiny}
+out=out/demo
+mkdir -p "$out"
+echo "run: converting data/nuscenes-demo/info.json to frame JSONs in $out/frames"
+build/bin/bevformer -q convert-info data/nuscenes-demo/info.json "$out/frames" --stream demo >/dev/null
+echo "run: detecting with config $config${weights:+ and weights $weights}"
+build/bin/bevformer detect "$out"/frames/frame_*.json --config "$config" ${weights:+--weights "$weights"} \
+  -o "$out/detections.json" --nusc "$out/results_nusc.json" --render "$out/detections.png" \
+  --gt data/nuscenes-demo/info.json
+echo "run: done: $out/detections.json, $out/results_nusc.json, $out/detections.png"

@@ -13,6 +13,11 @@ using Runner = std::function<int()>;
 
 Runner add_inspect(CLI::App& app);
 Runner add_golden(CLI::App& app);
+Runner add_convert_info(CLI::App& app);
+Runner add_detect(CLI::App& app);
+Runner add_describe(CLI::App& app);
+Runner add_random_weights(CLI::App& app);
+Runner add_profile(CLI::App& app);
 
 // Maps an exception escaping a command to a message on stderr and an exit code.
 int report_exception();

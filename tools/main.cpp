@@ -39,6 +39,11 @@ int main(int argc, char** argv) {
   };
   add(&bev::cli::add_inspect);
   add(&bev::cli::add_golden);
+  add(&bev::cli::add_convert_info);
+  add(&bev::cli::add_detect);
+  add(&bev::cli::add_describe);
+  add(&bev::cli::add_random_weights);
+  add(&bev::cli::add_profile);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,108 @@
+// The engine's public face: a BEVFormer model (a config plus official weights, or seeded random
+// weights that say so) with its streams. Frames go in as the frame JSON of DESIGN §4 (images by
+// path or base64, calibration, ego pose, stream id); detections come out as plain structs and as
+// the detections JSON document. One Model serves many streams from several threads: each
+// stream's history (previous BEV, pose, timestamp) is kept apart, and bounded.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace bev {
+
+struct Knobs {
+  int threads = 0;                 // CPU threads for the kernels; <= 0: one per hardware thread
+  std::string precision = "f32";   // "f32" | "bf16" (convolutions and matmuls in bf16)
+  uint64_t seed = 2026;            // weights of the untrained model when no weights are given
+  size_t max_streams = 64;         // streams kept; past it the least recently used is dropped
+  double stream_ttl_seconds = 600; // a stream idle this long is dropped
+  double max_gap_seconds = 10;     // a frame this much later than its stream's last one starts fresh
+  bool replay = true;              // record each stage once and replay it (false: eager every frame)
+};
+
+// One detected box. LiDAR (BEV) frame: x right, y forward, z up; `center` is the bottom centre
+// (mmdet3d's LiDARInstance3DBoxes), `size` is (w, l, h) as nuScenes orders it.
+struct Box {
+  std::array<double, 3> center{};
+  std::array<double, 3> size{};
+  double yaw = 0;                       // rad
+  std::array<double, 2> velocity{};     // m/s
+  double score = 0;
+  int label = 0;
+  std::string class_name;
+  int64_t query = 0;                    // the decoder query it came from
+};
+
+struct Detections {
+  std::string stream;
+  double timestamp = 0;
+  std::string scene;
+  bool untrained = false;       // random weights: the boxes are meaningless
+  bool used_history = false;    // the previous BEV of the stream was used
+  std::string history_reset;    // why the stream's history was dropped before this frame ("" if not)
+  std::vector<Box> boxes;       // by descending score
+  std::string json;             // the detections JSON document (docs/FORMATS.md), world frame included when posed
+  std::string sample_token;     // the frame's "token" ("" when it has none)
+  std::string nuscenes_json;    // this frame's boxes for results_nusc.json (a JSON array; "" without a pose or token)
+  double seconds = 0;           // wall time of the frame (prepare + model)
+};
+
+struct DetectOptions {
+  std::string render_png;       // write the picture of this frame here ("" for none)
+  std::string ground_truth_info;  // an mmdet3d info file whose matching entry's boxes are drawn too
+  std::string dump_dir;         // write every stage's tensors as <dir>/<stream>_<k>.safetensors (golden names)
+};
+
+struct StreamStatus {
+  std::string id;
+  uint64_t frames = 0;
+  double last_timestamp = 0;
+  double idle_seconds = 0;
+  bool has_history = false;
+  bool busy = false;
+};
+
+// results_nusc.json (the nuScenes detection submission) for frames detected with a sample token
+// and an ego pose; throws Error(kInvalidInput) naming a frame without them, or a token seen twice.
+std::string nuscenes_results_json(const std::vector<Detections>& frames);
+
+// Writes seeded random weights in the official checkpoint layout of `config` as safetensors (the
+// weights Model::load uses when given none and the same seed); returns the tensor count.
+size_t write_random_weights(const std::string& config, uint64_t seed, const std::string& path);
+
+class Model {
+ public:
+  // config: "tiny" | "small" | "base" | path to an upstream-style JSON config. weights: a .pth or
+  // .safetensors checkpoint, or "" for seeded random weights (every output then says
+  // untrained). Errors name what does not fit.
+  static std::unique_ptr<Model> load(const std::string& config, const std::string& weights, const Knobs& knobs = {});
+  ~Model();
+
+  // A frame JSON document; relative image paths resolve against base_dir.
+  Detections detect(const std::string& frame_json, const std::string& base_dir, const DetectOptions& options = {});
+  Detections detect_file(const std::string& frame_json_path, const DetectOptions& options = {});
+
+  std::vector<StreamStatus> streams() const;
+  bool drop_stream(const std::string& id);
+
+  bool untrained() const;
+  // The recorded stages: per stage its ops (stage, name, shapes), where each output lives in the
+  // arena, the arena size against the sum without reuse, and the weight bytes. Records them first
+  // on two synthetic frames (a first frame and one with history) when nothing ran yet.
+  std::string describe();
+  std::string config_summary() const;      // a few lines: backbone, image, BEV, layers
+  std::vector<std::string> class_names() const;
+
+ private:
+  Model();
+  Detections detect_text(const std::string& text, const std::string& base_dir, const std::string& where,
+                         const DetectOptions& options);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace bev

@@ -1,0 +1,44 @@
+// bevformer profile [--config C] [--weights W] [--frames N] [--rounds R] [--eager] -o DIR: warm-up
+// frames until the history is in use, then R timed replays of each recorded stage (and, with
+// --eager, one eager frame with the stage signposts); writes DIR/trace.json (Chrome trace, opens
+// in Perfetto), summary.json, summary.md and memory.json, and prints the headline.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "bevformer/profile.h"
+#include "commands.h"
+
+namespace bev::cli {
+
+Runner add_profile(CLI::App& app) {
+  auto o = std::make_shared<ProfileOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "profile", "Profile a model's stages op by op: Chrome trace, JSON and Markdown summaries, memory report");
+  sub->add_option("--config", o->config, "tiny | small | base | upstream-style config JSON")->capture_default_str();
+  sub->add_option("--weights", o->weights, "Checkpoint (default: seeded random weights of the config)");
+  sub->add_option("--frames", o->frames, "Warm-up frames through forward() (>= 2: the history is then in use)")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 1000));
+  sub->add_option("--rounds", o->rounds, "Timed replays of each stage")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  sub->add_flag("--eager", o->eager, "Also profile one eager frame (with history), with the stage signposts");
+  sub->add_option("--threads", o->threads, "CPU threads (0: one per hardware thread)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  sub->add_option("--precision", o->precision, "f32 | bf16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16"}));
+  sub->add_option("--seed", o->seed, "Seed of the random weights and the synthetic frames")->capture_default_str();
+  sub->add_option("--top", o->top_ops, "Ops listed in summary.md")->capture_default_str()->check(CLI::Range(0, 100000));
+  sub->add_option("-o,--output", o->out_dir, "Output directory (created)")->required();
+  return [o]() {
+    const ProfileReport r = run_profile(*o);
+    std::fputs(format_profile_headline(r).c_str(), stdout);
+    std::fflush(stdout);
+    return 0;
+  };
+}
+
+}  // namespace bev::cli
