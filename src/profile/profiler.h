@@ -26,7 +26,9 @@
 
 namespace bev {
 
-struct TensorMeta {
+// One tensor of a recorded op: enough to print it and count its bytes (not named TensorMeta:
+// model/param_spec.h has a bev::TensorMeta of another layout, and two would break the ODR).
+struct RecordedTensor {
   Shape shape;
   DType dtype = DType::kF32;
 };
@@ -68,8 +70,8 @@ class Profiler {
   const std::vector<OpRecord>& ops() const { return ops_; }
   const std::vector<Signpost>& signposts() const { return signposts_; }
   const std::string& text(uint32_t id) const { return texts_[id]; }
-  std::span<const TensorMeta> inputs(const OpRecord& r) const { return {tensors_.data() + r.first_tensor, r.inputs}; }
-  std::span<const TensorMeta> outputs(const OpRecord& r) const {
+  std::span<const RecordedTensor> inputs(const OpRecord& r) const { return {tensors_.data() + r.first_tensor, r.inputs}; }
+  std::span<const RecordedTensor> outputs(const OpRecord& r) const {
     return {tensors_.data() + r.first_tensor + r.inputs, r.outputs};
   }
   // Relabels op `index` (labels carried over from an eager run).
@@ -85,7 +87,7 @@ class Profiler {
 
   std::chrono::steady_clock::time_point origin_;
   std::vector<OpRecord> ops_;
-  std::vector<TensorMeta> tensors_;
+  std::vector<RecordedTensor> tensors_;
   std::vector<Signpost> signposts_;
   std::vector<std::string> texts_;
   std::unordered_map<std::string, uint32_t> text_ids_;

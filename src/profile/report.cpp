@@ -11,9 +11,9 @@
 namespace bev {
 namespace {
 
-std::string meta_text(std::span<const TensorMeta> tensors) {
+std::string meta_text(std::span<const RecordedTensor> tensors) {
   std::string s;
-  for (const TensorMeta& t : tensors) {
+  for (const RecordedTensor& t : tensors) {
     if (!s.empty()) s += ' ';
     s += dtype_name(t.dtype);
     s += '[';
@@ -23,7 +23,7 @@ std::string meta_text(std::span<const TensorMeta> tensors) {
   return s;
 }
 
-bool same_meta(std::span<const TensorMeta> a, std::span<const TensorMeta> b) {
+bool same_meta(std::span<const RecordedTensor> a, std::span<const RecordedTensor> b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i].dtype != b[i].dtype || a[i].shape != b[i].shape) return false;
@@ -31,7 +31,7 @@ bool same_meta(std::span<const TensorMeta> a, std::span<const TensorMeta> b) {
   return true;
 }
 
-size_t meta_bytes(const TensorMeta& t) {
+size_t meta_bytes(const RecordedTensor& t) {
   size_t n = dtype_size(t.dtype);
   for (int64_t d : t.shape) n *= static_cast<size_t>(d);
   return n;
@@ -152,7 +152,7 @@ void summarize_rounds(const Profiler& p, ProfileReport& report) {
     s.ms += op.ms;
     s.gflop += op.gflop;
     s.gbyte += op.gbyte;
-    for (const TensorMeta& t : p.outputs(rec)) {
+    for (const RecordedTensor& t : p.outputs(rec)) {
       s.output_bytes += meta_bytes(t);
       s.largest_output_bytes = std::max(s.largest_output_bytes, meta_bytes(t));
     }
