@@ -278,6 +278,49 @@ TEST(Conv2d, FoldBatchNormMatchesConvThenBatchNorm) {
   }
 }
 
+// bf16 activations (bf16 precision): a bf16 input, residual or output. Inputs already on the bf16
+// grid give bit-identical results whether they arrive as f32 (rounded inside) or bf16; a bf16
+// output is the f32 one rounded once more (2^-8 relative at most, asserted against the reference).
+TEST(Conv2d, Bf16ActivationsInAndOut) {
+  const Conv2dAttrs a = attrs(1, 1, 1, 1, true, true);
+  const float ws = static_cast<float>(1.0 / std::sqrt(19.0 * 9.0));
+  const Tensor w = random_tensor({33, 19, 3, 3}, 140, -ws, ws);
+  const Tensor b = random_tensor({33}, 141);
+  const Conv2d conv(w, &b, a, Precision::kBF16);
+  const Tensor x16 = random_tensor({2, 7, 5, 19}, 142).to(DType::kBF16);
+  const Tensor x = x16.to(DType::kF32);  // the same values, on the bf16 grid, in f32
+  const Tensor res16 = random_tensor({2, 7, 5, 33}, 143).to(DType::kBF16);
+  const Tensor res = res16.to(DType::kF32);
+  const Ref ref = reference(x, w, &b, a, &res);
+
+  Tensor y = Tensor::empty({2, 7, 5, 33}, DType::kF32);
+  conv.run(x, &res, y);
+  for (const auto& [xi, ri] : {std::pair{&x16, &res}, std::pair{&x, &res16}, std::pair{&x16, &res16}}) {
+    Tensor y2 = Tensor::empty(y.shape(), DType::kF32);
+    conv.run(*xi, ri, y2);
+    EXPECT_EQ(0, std::memcmp(y.raw_data(), y2.raw_data(), y.nbytes()))
+        << "input " << xi->describe() << ", residual " << ri->describe();
+  }
+  const double limit = bound(Precision::kBF16, 19 * 9) + std::ldexp(1.0, -8);
+  for (const auto& [xi, ri] : {std::pair{&x, &res}, std::pair{&x16, &res16}}) {
+    Tensor y16 = Tensor::empty(y.shape(), DType::kBF16);
+    conv.run(*xi, ri, y16);
+    const Errors e = compare(y16.to(DType::kF32), ref);
+    std::printf("  bf16 output (input %s): max err/S %.3g (bound %.3g)\n", dtype_name(xi->dtype()), e.max_rel_to_mag, limit);
+    EXPECT_LE(e.max_rel_to_mag, limit);
+    EXPECT_GT(e.max_rel_to_mag, 0.0);  // it is rounded: a bf16 output equal to f32 would mean no bf16 at all
+  }
+  // In place: the bf16 residual in the bf16 output itself.
+  Tensor yi = res16.clone();
+  conv.run(x16, &yi, yi);
+  EXPECT_LE(compare(yi.to(DType::kF32), ref).max_rel_to_mag, limit);
+  // f32 precision refuses bf16 activations.
+  const Conv2d conv32(w, &b, a, Precision::kF32);
+  EXPECT_THROW(conv32.run(x16, &res, y), Error);
+  Tensor y16 = Tensor::empty(y.shape(), DType::kBF16);
+  EXPECT_THROW(conv32.run(x, &res, y16), Error);
+}
+
 TEST(Conv2d, RejectsMismatchesWithWhatWasExpected) {
   const Tensor w = random_tensor({4, 3, 3, 3}, 120);
   const Conv2d conv(w, nullptr, attrs(1, 1), Precision::kF32);

@@ -114,9 +114,19 @@ void Ops::replay() {
 
 // ---- image ops (NHWC) ----
 
-Tensor Ops::conv2d(const Tensor& x, const PreparedWeights& w, const Tensor* residual, std::string label) {
+Tensor Ops::conv2d(const Tensor& x, const PreparedWeights& w, const Tensor* residual, std::string label, DType out) {
   expect_rank("conv2d", label, "input", x, 4);
-  expect_f32("conv2d", label, "input", x);
+  const bool bf16 = backend_.precision() == Precision::kBF16;
+  for (const Tensor* t : {&x, residual}) {
+    if (t && !(t->dtype() == DType::kF32 || (bf16 && t->dtype() == DType::kBF16))) {
+      shape_error("conv2d", label, std::string(t == &x ? "input" : "residual") + " is " + t->describe(),
+                  bf16 ? "f32 or bf16" : "f32 (bf16 activations need bf16 precision)");
+    }
+  }
+  if (!(out == DType::kF32 || (bf16 && out == DType::kBF16))) {
+    shape_error("conv2d", label, std::string("output dtype ") + dtype_name(out) + " requested",
+                bf16 ? "f32 or bf16" : "f32 (bf16 activations need bf16 precision)");
+  }
   const auto& a = std::get<Conv2dAttrs>(w.attrs);
   const Shape& ws = w.weight_shape;  // O, I/groups, kh, kw
   if (x.size(3) != ws[1] * a.groups) {
@@ -126,7 +136,7 @@ Tensor Ops::conv2d(const Tensor& x, const PreparedWeights& w, const Tensor* resi
   const int64_t ho = conv_out(x.size(1), static_cast<int>(ws[2]), a.stride_h, a.pad_h, a.dilation_h);
   const int64_t wo = conv_out(x.size(2), static_cast<int>(ws[3]), a.stride_w, a.pad_w, a.dilation_w);
   if (ho <= 0 || wo <= 0) shape_error("conv2d", label, "input " + x.describe() + " is smaller than the kernel", "a larger map");
-  OpNode n{OpKind::conv2d, std::move(label), w.attrs, {x}, {output({x.size(0), ho, wo, ws[0]})}, w.state};
+  OpNode n{OpKind::conv2d, std::move(label), w.attrs, {x}, {output({x.size(0), ho, wo, ws[0]}, out)}, w.state};
   n.weight_shape = ws;
   if (a.residual) {
     if (!residual) shape_error("conv2d", n.label, "no residual given", "a residual tensor (attrs.residual is set)");

@@ -41,7 +41,10 @@ class Ops {
   PreparedWeights prepare_linear(const Tensor& weight_out_in, const Tensor* bias, const LinearAttrs& attrs);
 
   // Image tensors are NHWC [N, H, W, C].
-  Tensor conv2d(const Tensor& x, const PreparedWeights& w, const Tensor* residual = nullptr, std::string label = {});
+  // x and the residual are f32, or bf16 when the backend runs in bf16; `out` is the output's
+  // dtype (bf16 keeps activations bf16 between convolutions in bf16 precision).
+  Tensor conv2d(const Tensor& x, const PreparedWeights& w, const Tensor* residual = nullptr, std::string label = {},
+                DType out = DType::kF32);
   Tensor deform_conv2d(const Tensor& x, const Tensor& offset_mask, const PreparedWeights& w, std::string label = {});
   Tensor max_pool2d(const Tensor& x, std::string label = {});  // 3x3, stride 2, padding 1
   // fine += nearest-upsampled coarse, in place; returns `fine`.

@@ -45,17 +45,21 @@ BottleneckWeights load_bottleneck(Ops& ops, const WeightSource& w, const Backbon
   return b;
 }
 
-Tensor bottleneck_forward(Ops& ops, const BottleneckWeights& b, const Tensor& x, const std::string& p) {
-  const Tensor identity = b.has_downsample ? ops.conv2d(x, b.downsample, nullptr, p + ".downsample") : x;
-  const Tensor out1 = ops.conv2d(x, b.conv1, nullptr, p + ".conv1");
+// act: the dtype of activations that only convolutions read (bf16 in bf16 precision: half the
+// bytes, and no rounding of an f32 copy in every conv); out: the block output's dtype.
+Tensor bottleneck_forward(Ops& ops, const BottleneckWeights& b, const Tensor& x, const std::string& p, DType act,
+                          DType out) {
+  const Tensor identity = b.has_downsample ? ops.conv2d(x, b.downsample, nullptr, p + ".downsample", out) : x;
+  // DCNv2 (our own kernel) and its offset conv read conv1's output in f32.
+  const Tensor out1 = ops.conv2d(x, b.conv1, nullptr, p + ".conv1", b.dcn ? DType::kF32 : act);
   Tensor out2;
   if (b.dcn) {
     const Tensor offset_mask = ops.conv2d(out1, b.conv2_offset, nullptr, p + ".conv2.conv_offset");
     out2 = ops.relu(ops.deform_conv2d(out1, offset_mask, b.conv2, p + ".conv2"), p + ".relu2");
   } else {
-    out2 = ops.conv2d(out1, b.conv2, nullptr, p + ".conv2");
+    out2 = ops.conv2d(out1, b.conv2, nullptr, p + ".conv2", act);
   }
-  return ops.conv2d(out2, b.conv3, &identity, p + ".conv3");
+  return ops.conv2d(out2, b.conv3, &identity, p + ".conv3", out);
 }
 
 }  // namespace
@@ -85,14 +89,18 @@ std::vector<Tensor> resnet_forward(Ops& ops, const ResNetWeights& w, const Backb
   Tensor h = ops.max_pool2d(ops.conv2d(x, w.stem, nullptr, "img_backbone.conv1"), "img_backbone.maxpool");
   std::vector<Tensor> outs;
   const int last = *std::max_element(cfg.out_indices.begin(), cfg.out_indices.end());
+  const DType act = ops.backend().precision() == Precision::kBF16 ? DType::kBF16 : DType::kF32;
   for (int s = 0; s <= last; ++s) {
     const std::string layer = "layer" + std::to_string(s + 1);
     ops.set_stage("img." + layer);
     const auto& stage = w.stages[static_cast<size_t>(s)];
+    // The stages the neck reads end in f32 (the neck and the taps see what they always saw).
+    const bool is_output = std::find(cfg.out_indices.begin(), cfg.out_indices.end(), s) != cfg.out_indices.end();
     for (size_t b = 0; b < stage.size(); ++b) {
-      h = bottleneck_forward(ops, stage[b], h, "img_backbone." + layer + "." + std::to_string(b));
+      const DType out = is_output && b + 1 == stage.size() ? DType::kF32 : act;
+      h = bottleneck_forward(ops, stage[b], h, "img_backbone." + layer + "." + std::to_string(b), act, out);
     }
-    if (std::find(cfg.out_indices.begin(), cfg.out_indices.end(), s) != cfg.out_indices.end()) outs.push_back(h);
+    if (is_output) outs.push_back(h);
   }
   return outs;
 }

@@ -23,7 +23,20 @@ using tag = dnnl::memory::format_tag;
 }
 
 void check_f32(const char* name, const Tensor& t) { cpu::expect_f32_host("cpu::Conv2d", name, t); }
-void check_contiguous(const char* name, const Tensor& t) { cpu::expect_f32_contiguous("cpu::Conv2d", name, t); }
+
+// An activation (input, output, residual): contiguous host f32, or bf16 when the conv runs in
+// bf16 (activations then stay bf16 between convolutions instead of being rounded in every op).
+void check_activation(const char* name, const Tensor& t, Precision precision) {
+  const bool bf16_ok = precision == Precision::kBF16;
+  if (!t.defined() || t.device() != Device::kCpu || !t.is_contiguous() ||
+      !(t.dtype() == DType::kF32 || (bf16_ok && t.dtype() == DType::kBF16))) {
+    throw Error(ErrorKind::kInvalidInput, std::string(name) + " is " + (t.defined() ? t.describe() : "undefined"))
+        .where("cpu::Conv2d")
+        .expected(bf16_ok ? "a contiguous host f32 or bf16 tensor" : "a contiguous host f32 tensor (bf16 only in bf16 precision)");
+  }
+}
+
+dt dtype_of(const Tensor& t) { return t.dtype() == DType::kBF16 ? dt::bf16 : dt::f32; }
 
 // PyTorch's output extent (floor); oneDNN accepts the same floor with symmetric padding.
 int64_t out_extent(int64_t in, int64_t k, int stride, int pad, int dilation) {
@@ -53,14 +66,14 @@ struct Conv2d::State {
     dnnl::convolution_forward conv;
     dnnl::memory weights;
     dnnl::memory scratchpad;
-    dnnl::memory::desc src_f32_md, dst_md;
-    dnnl::reorder to_bf16;  // bf16 mode: f32 NHWC source -> src_bf16
+    dnnl::memory::desc src_md, dst_md;  // the run's tensors (src f32 or bf16; dst and residual too)
+    dnnl::reorder to_bf16;  // bf16 mode with an f32 source: f32 NHWC source -> src_bf16
     dnnl::memory src_bf16;
     dnnl::reorder copy_residual;  // a separate residual tensor -> y (a parallel copy)
     // The run's tensors, bound to these before each run (made once: see cpu::bind).
     dnnl::memory src, dst, residual;
   };
-  using Key = std::array<int64_t, 3>;  // N, H, W
+  using Key = std::array<int64_t, 6>;  // N, H, W, and the dtypes of source, output, residual
   std::mutex mu;
   std::map<Key, Plan> plans;
 
@@ -77,12 +90,12 @@ struct Conv2d::State {
   // would save that copy, but oneDNN 2.6 then leaves brgconv_1x1 for the older jit_1x1 kernel:
   // measured on one Zen 5 core at ResNet-50's layer1/layer2 expand convs, binary add 61/76
   // GFLOP/s, copy + sum 76/118, sum in place (no copy) 89/136.
-  dnnl::convolution_forward::primitive_desc make_pd(int64_t n, int64_t h, int64_t w,
-                                                    const dnnl::memory::desc& w_md) const {
+  dnnl::convolution_forward::primitive_desc make_pd(int64_t n, int64_t h, int64_t w, const dnnl::memory::desc& w_md,
+                                                    dt out_dt = dt::f32) const {
     const int64_t ho = out_extent(h, kh, attrs.stride_h, attrs.pad_h, attrs.dilation_h);
     const int64_t wo = out_extent(w, kw, attrs.stride_w, attrs.pad_w, attrs.dilation_w);
     const dnnl::memory::desc src_md({n, in_ch_per_group * groups(), h, w}, src_dt(), tag::nhwc);
-    const dnnl::memory::desc dst_md({n, out_ch, ho, wo}, dt::f32, tag::nhwc);
+    const dnnl::memory::desc dst_md({n, out_ch, ho, wo}, out_dt, tag::nhwc);
     const dnnl::memory::desc bias_md = bias ? dnnl::memory::desc({out_ch}, dt::f32, tag::x) : dnnl::memory::desc();
     const dnnl::memory::dims strides = {attrs.stride_h, attrs.stride_w};
     const dnnl::memory::dims dilates = {attrs.dilation_h - 1, attrs.dilation_w - 1};  // oneDNN: 0 = dense
@@ -99,13 +112,13 @@ struct Conv2d::State {
     return {d, attr, engine()};
   }
 
-  Plan& plan_for(int64_t n, int64_t h, int64_t w) {
-    const Key key = {n, h, w};
+  Plan& plan_for(int64_t n, int64_t h, int64_t w, dt in_dt = dt::f32, dt out_dt = dt::f32, dt res_dt = dt::f32) {
+    const Key key = {n, h, w, static_cast<int64_t>(in_dt), static_cast<int64_t>(out_dt), static_cast<int64_t>(res_dt)};
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
 
     Plan p;
-    p.pd = make_pd(n, h, w, weights_any_md());
+    p.pd = make_pd(n, h, w, weights_any_md(), out_dt);
     const dnnl::memory::desc want = p.pd.weights_desc();
     const Weights* found = nullptr;
     for (const Weights& cand : weights) {
@@ -121,17 +134,18 @@ struct Conv2d::State {
     p.weights = found->mem;
     p.conv = dnnl::convolution_forward(p.pd);
     p.scratchpad = dnnl::memory(p.pd.scratchpad_desc(), engine());
-    p.src_f32_md = dnnl::memory::desc({n, in_ch_per_group * groups(), h, w}, dt::f32, tag::nhwc);
+    p.src_md = dnnl::memory::desc({n, in_ch_per_group * groups(), h, w}, in_dt, tag::nhwc);
     p.dst_md = p.pd.dst_desc();
-    if (precision == Precision::kBF16) {
+    if (precision == Precision::kBF16 && in_dt == dt::f32) {
       p.src_bf16 = dnnl::memory(p.pd.src_desc(), engine());
-      p.to_bf16 = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), p.src_f32_md, engine(), p.pd.src_desc()));
+      p.to_bf16 = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), p.src_md, engine(), p.pd.src_desc()));
     }
     if (attrs.residual) {
-      p.copy_residual = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), p.dst_md, engine(), p.dst_md));
-      p.residual = unbound(p.dst_md);
+      const dnnl::memory::desc res_md({n, out_ch, p.dst_md.dims()[2], p.dst_md.dims()[3]}, res_dt, tag::nhwc);
+      p.copy_residual = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), res_md, engine(), p.dst_md));
+      p.residual = unbound(res_md);
     }
-    p.src = unbound(p.src_f32_md);
+    p.src = unbound(p.src_md);
     p.dst = unbound(p.dst_md);
     return plans.emplace(key, std::move(p)).first->second;
   }
@@ -224,20 +238,20 @@ std::string Conv2d::impl_name(const Shape& in) const {
 
 void Conv2d::run(const Tensor& x, const Tensor* residual, Tensor& y) const {
   State& s = *state_;
-  check_f32("input", x);
-  check_contiguous("input", x);
+  check_activation("input", x, s.precision);
   const Shape out = output_shape(x.shape());
-  check_f32("output", y);
-  check_contiguous("output", y);
-  if (y.shape() != out) invalid("output is " + y.describe() + " for input " + x.describe(), "f32" + shape_str(out));
+  check_activation("output", y, s.precision);
+  if (y.shape() != out) invalid("output is " + y.describe() + " for input " + x.describe(), "shape " + shape_str(out));
   if (overlaps(x, y)) invalid("output " + y.describe() + " overlaps input " + x.describe(), "disjoint tensors");
   bool in_place = false;
   if (s.attrs.residual) {
     if (!residual) invalid("no residual given", "a residual f32" + shape_str(out) + " (attrs.residual is set)");
-    check_f32("residual", *residual);
-    check_contiguous("residual", *residual);
-    if (residual->shape() != out) invalid("residual is " + residual->describe(), "f32" + shape_str(out));
+    check_activation("residual", *residual, s.precision);
+    if (residual->shape() != out) invalid("residual is " + residual->describe(), "shape " + shape_str(out));
     in_place = residual->raw_data() == y.raw_data();
+    if (in_place && residual->dtype() != y.dtype()) {
+      invalid("the residual is the output itself but " + residual->describe(), "the output's dtype " + y.describe());
+    }
     if (!in_place && overlaps(*residual, y)) {
       invalid("residual " + residual->describe() + " partly overlaps the output", "the output itself or disjoint");
     }
@@ -246,7 +260,8 @@ void Conv2d::run(const Tensor& x, const Tensor* residual, Tensor& y) const {
   }
 
   std::lock_guard<std::mutex> lock(s.mu);
-  State::Plan& p = s.plan_for(out[0], x.size(1), x.size(2));
+  State::Plan& p = s.plan_for(out[0], x.size(1), x.size(2), dtype_of(x), dtype_of(y),
+                              residual ? dtype_of(*residual) : dt::f32);
   dnnl::stream& st = stream();
   bind(p.dst, y);
   if (s.attrs.residual && !in_place) {
@@ -255,7 +270,7 @@ void Conv2d::run(const Tensor& x, const Tensor* residual, Tensor& y) const {
   }
   bind(p.src, x);
   dnnl_memory_t src = p.src.get();
-  if (s.precision == Precision::kBF16) {
+  if (s.precision == Precision::kBF16 && x.dtype() == DType::kF32) {
     execute_reorder(p.to_bf16, st, p.src, p.src_bf16);
     src = p.src_bf16.get();
   }
