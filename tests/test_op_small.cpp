@@ -231,6 +231,15 @@ TEST(MaxPool, MatchesPaddedLoops) {
   Tensor y = Tensor::empty({1, 2, 2, 1}, DType::kF32);
   max_pool2d_3x3_s2_p1(x, y);
   for (int k = 0; k < 4; ++k) EXPECT_TRUE(std::isnan(y.data<float>()[k]));  // every window holds the NaN
+  // The same through the vector path (32 channels): a NaN in channel 21 of the centre pixel,
+  // read first by window (1, 1) and last by window (0, 0), wins there; other channels do not see it.
+  Tensor xv = random_tensor({1, 3, 3, 32}, rng, -5.0f, 5.0f);
+  xv.data<float>()[(1 * 3 + 1) * 32 + 21] = kNaN;
+  Tensor yv = Tensor::empty({1, 2, 2, 32}, DType::kF32);
+  max_pool2d_3x3_s2_p1(xv, yv, &pool);
+  for (int k = 0; k < 4; ++k) {
+    for (int ch = 0; ch < 32; ++ch) EXPECT_EQ(std::isnan(yv.data<float>()[k * 32 + ch]), ch == 21) << k << " " << ch;
+  }
   Tensor wrong = Tensor::empty({1, 3, 3, 1}, DType::kF32);
   EXPECT_THROW(max_pool2d_3x3_s2_p1(x, wrong), Error);
 }
