@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "backend/backend.h"
+#include "core/compare.h"
 #include "model/bevformer.h"
 #include "model/param_spec.h"
 #include "model/synthetic.h"
@@ -233,6 +234,77 @@ TEST(BevFormerPlans, ReplayIsBitIdenticalToEager) {
   EXPECT_NE(d.find("image:"), std::string::npos);
   EXPECT_NE(d.find("bev (with history)"), std::string::npos);
   EXPECT_NE(d.find("@arena+"), std::string::npos);
+}
+
+// bf16 precision keeps the backbone's activations bf16 between convolutions: replay still equals
+// eager bit for bit, and the result stays near f32's (a dropped rounding or a misread bf16
+// buffer would not).
+TEST(BevFormerPlans, Bf16ReplayIsBitIdenticalToEagerAndNearF32) {
+  const ModelConfig cfg = micro();
+  auto bf16 = make_cpu_backend(2, Precision::kBF16);
+  auto f32 = make_cpu_backend(2, Precision::kF32);
+  const Checkpoint ck = random_checkpoint(cfg, 17);
+  BevFormer eager(cfg, ck, *bf16, /*replay=*/false), planned(cfg, ck, *bf16, /*replay=*/true);
+  BevFormer exact(cfg, ck, *f32, /*replay=*/true);
+  for (int k = 0; k < 3; ++k) {
+    const FrameInput f = synthetic_frame(cfg, 17, k);
+    const FrameOutput a = eager.forward(f), b = planned.forward(f), c = exact.forward(f);
+    EXPECT_TRUE(identical(a.bev_embed, b.bev_embed)) << "frame " << k;
+    EXPECT_TRUE(identical(a.all_cls_scores, b.all_cls_scores)) << "frame " << k;
+    const TensorDiff d = compare(b.bev_embed, c.bev_embed);
+    EXPECT_GT(d.relative_l2, 0.0) << "bf16 equal to f32: no bf16 at all?";
+    EXPECT_LT(d.relative_l2, 3e-2) << "frame " << k;
+  }
+  EXPECT_NE(planned.describe().find("bf16["), std::string::npos) << "no bf16 activation in the recorded image stage";
+}
+
+// Another vehicle's rig: the synthetic rig with its focal lengths 3% longer (as after a
+// different calibration), so its SCA query lists differ.
+FrameInput on_other_rig(FrameInput f, double scale) {
+  for (auto& m : f.lidar2img) {
+    for (int c = 0; c < 4; ++c) {
+      m[static_cast<size_t>(c)] *= scale;
+      m[static_cast<size_t>(4 + c)] *= scale;
+    }
+  }
+  return f;
+}
+
+// Two vehicles with different rigs take turns on one model: each rig's geometry and bev plans
+// are recorded once and then replayed (no re-recording when the rig switches back), and every
+// output equals that vehicle's eager run alone. A fifth rig drops the least recently used.
+TEST(BevFormerPlans, RigCacheServesVehiclesWithDifferentRigs) {
+  const ModelConfig cfg = micro();
+  auto backend = make_cpu_backend(2, Precision::kF32);
+  const Checkpoint ck = random_checkpoint(cfg, 21);
+  BevFormer planned(cfg, ck, *backend, /*replay=*/true);
+  BevFormer eager_a(cfg, ck, *backend, /*replay=*/false), eager_b(cfg, ck, *backend, /*replay=*/false);
+  StreamHistory ha, hb;
+  for (int k = 0; k < 4; ++k) {
+    const FrameInput fa = synthetic_frame(cfg, 21, k);
+    const FrameInput fb = on_other_rig(synthetic_frame(cfg, 22, k), 1.03);
+    const FrameOutput pa = planned.forward(fa, ha), pb = planned.forward(fb, hb);
+    const FrameOutput ea = eager_a.forward(fa), eb = eager_b.forward(fb);
+    EXPECT_EQ(pa.used_history, k > 0);
+    EXPECT_TRUE(identical(pa.bev_embed, ea.bev_embed)) << "vehicle a, frame " << k;
+    EXPECT_TRUE(identical(pa.all_cls_scores, ea.all_cls_scores)) << "vehicle a, frame " << k;
+    EXPECT_TRUE(identical(pb.bev_embed, eb.bev_embed)) << "vehicle b, frame " << k;
+    EXPECT_TRUE(identical(pb.all_bbox_preds, eb.all_bbox_preds)) << "vehicle b, frame " << k;
+    EXPECT_FALSE(identical(pa.bev_embed, pb.bev_embed));
+  }
+  EXPECT_EQ(planned.rigs_seen(), 2u);
+  EXPECT_EQ(planned.plan_info().size(), 5u);  // image + (first frame, with history) per rig
+  EXPECT_NE(planned.describe().find("bev (with history, rig 2)"), std::string::npos);
+
+  for (int r = 0; r < 4; ++r) planned.forward(on_other_rig(synthetic_frame(cfg, 30 + r, 0), 1.1 + 0.05 * r));
+  EXPECT_EQ(planned.rigs_seen(), 6u);
+  EXPECT_LE(planned.plan_info().size(), 1u + 2u * 4u);  // four rigs kept at most
+  // Rig a was dropped: coming back computes it again, with the same result as before.
+  StreamHistory fresh;
+  const FrameOutput again = planned.forward(synthetic_frame(cfg, 21, 0), fresh);
+  EXPECT_EQ(planned.rigs_seen(), 7u);
+  BevFormer eager_c(cfg, ck, *backend, /*replay=*/false);
+  EXPECT_TRUE(identical(again.bev_embed, eager_c.forward(synthetic_frame(cfg, 21, 0)).bev_embed));
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "model/bevformer.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -33,8 +35,7 @@ Tensor i64_tensor(const std::vector<int64_t>& v) {
 // NHWC -> the golden sets' NCHW.
 Tensor nchw(const Tensor& nhwc) { return nhwc.permute({0, 3, 1, 2}); }
 
-// The geometry that depends only on the rig (lidar2img and the padded image size), kept until
-// the rig changes.
+// The geometry that depends only on the rig (lidar2img and the padded image size), cached per rig.
 struct RigGeometry {
   std::vector<std::array<double, 16>> lidar2img;
   int pad_w = 0, pad_h = 0;
@@ -58,7 +59,6 @@ struct BevFormer::Impl {
   bool replay = true;        // record each stage once, replay it after (false: eager every frame)
   std::mutex mu;             // one frame at a time: the ops, the rig cache, the plans
   StreamHistory default_history;
-  std::optional<RigGeometry> rig;
 
   Impl(ModelConfig c, const Checkpoint& ckpt, Backend& backend, bool replay_stages)
       : cfg(std::move(c)), ops(backend), replay(replay_stages) {
@@ -103,23 +103,6 @@ struct BevFormer::Impl {
     for (double v : f.can_bus) {
       if (!std::isfinite(v)) bad_frame("can_bus has a non-finite entry", "18 finite values");
     }
-  }
-
-  // The rig's geometry, recomputed when the rig changed (then *changed is set).
-  const RigGeometry& rig_geometry(const FrameInput& f, bool* changed) {
-    const int pad_w = static_cast<int>(f.img.size(3)), pad_h = static_cast<int>(f.img.size(2));
-    *changed = false;
-    if (!rig || rig->lidar2img != f.lidar2img || rig->pad_w != pad_w || rig->pad_h != pad_h) {
-      *changed = true;
-      RigGeometry g;
-      g.lidar2img = f.lidar2img;
-      g.pad_w = pad_w;
-      g.pad_h = pad_h;
-      g.sampling = point_sampling(cfg, f.lidar2img, pad_w, pad_h);
-      g.plan = sca_plan(g.sampling);
-      rig = std::move(g);
-    }
-    return *rig;
   }
 
   // The image stage: backbone, neck, flattened camera features with their embeddings, and every
@@ -235,7 +218,43 @@ struct BevFormer::Impl {
     Plan plan;
   };
   std::unique_ptr<ImagePlan> image_plan;
-  std::vector<std::unique_ptr<BevPlan>> bev_plans;  // one per history variant and tap setting
+
+  // A rig's geometry and its bev plans (one per history variant and tap setting), which read
+  // the rig's SCA query lists. Several vehicles with different rigs share one model, so the
+  // last kMaxRigs rigs stay recorded; the least recently used beyond them is dropped.
+  struct RigEntry {
+    size_t id = 0;  // 1 for the first rig this model saw, 2 for the next new one...
+    RigGeometry geometry;
+    std::vector<std::unique_ptr<BevPlan>> bev_plans;
+  };
+  static constexpr size_t kMaxRigs = 4;
+  std::vector<std::unique_ptr<RigEntry>> rigs;  // most recently used first
+  size_t rigs_computed = 0;                     // rig geometries computed so far (tests, describe)
+
+  // The frame's rig, moved to the front; computed (and the oldest dropped) when it is new.
+  RigEntry& rig_entry(const FrameInput& f) {
+    const int pad_w = static_cast<int>(f.img.size(3)), pad_h = static_cast<int>(f.img.size(2));
+    auto it = std::find_if(rigs.begin(), rigs.end(), [&](const std::unique_ptr<RigEntry>& r) {
+      return r->geometry.lidar2img == f.lidar2img && r->geometry.pad_w == pad_w && r->geometry.pad_h == pad_h;
+    });
+    if (it == rigs.end()) {
+      auto e = std::make_unique<RigEntry>();
+      e->geometry.lidar2img = f.lidar2img;
+      e->geometry.pad_w = pad_w;
+      e->geometry.pad_h = pad_h;
+      e->geometry.sampling = point_sampling(cfg, f.lidar2img, pad_w, pad_h);
+      e->geometry.plan = sca_plan(e->geometry.sampling);
+      e->id = ++rigs_computed;
+      if (rigs.size() == kMaxRigs) rigs.pop_back();
+      rigs.insert(rigs.begin(), std::move(e));
+    } else {
+      std::rotate(rigs.begin(), it, it + 1);
+    }
+    return *rigs.front();
+  }
+  void clear_bev_plans() {
+    for (auto& r : rigs) r->bev_plans.clear();
+  }
 
   static std::vector<Tensor> tap_tensors(const Taps& t) {
     std::vector<Tensor> v;
@@ -266,7 +285,7 @@ struct BevFormer::Impl {
       for (const ScaInputs& s : p->sca) keep.push_back(s.value);
       p->plan = Plan("image", rec.take_nodes(), keep);
       image_plan = std::move(p);
-      bev_plans.clear();  // they read the old plan's outputs
+      clear_bev_plans();  // they read the old plan's outputs
     } else {
       copy_into(image_plan->img, img);
       image_plan->plan.replay(ops.backend());
@@ -275,7 +294,9 @@ struct BevFormer::Impl {
     return image_plan->sca;
   }
 
-  const BevOutputs& bev_planned(const EncoderInputs& in, const RigGeometry& rg, Taps* taps) {
+  const BevOutputs& bev_planned(const EncoderInputs& in, RigEntry& rig, Taps* taps) {
+    const RigGeometry& rg = rig.geometry;
+    std::vector<std::unique_ptr<BevPlan>>& bev_plans = rig.bev_plans;
     const bool use_prev = in.prev_bev.defined(), tapped = taps != nullptr;
     BevPlan* plan = nullptr;
     for (auto& p : bev_plans) {
@@ -304,7 +325,8 @@ struct BevFormer::Impl {
                               p->out.top_index}) {
         keep.push_back(t);
       }
-      p->plan = Plan(use_prev ? "bev (with history)" : "bev (first frame)", rec.take_nodes(), keep);
+      const std::string name = use_prev ? "bev (with history" : "bev (first frame";
+      p->plan = Plan(name + (rig.id > 1 ? ", rig " + std::to_string(rig.id) : "") + ")", rec.take_nodes(), keep);
       plan = p.get();
       bev_plans.push_back(std::move(p));
     } else {
@@ -322,6 +344,10 @@ struct BevFormer::Impl {
 
   FrameOutput forward(const FrameInput& f, StreamHistory& history, Taps* taps) {
     const std::lock_guard<std::mutex> lock(mu);
+    using Clock = std::chrono::steady_clock;
+    const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+    FrameOutput out;
+    auto t_part = Clock::now();
     check_frame(f);
     // The history changes only when the frame completes: a failure leaves it as it was.
     TemporalState next_state = history.state;
@@ -329,9 +355,8 @@ struct BevFormer::Impl {
     const int bev_h = cfg.head.bev_h, bev_w = cfg.head.bev_w;
 
     // Host geometry (float64/float32 as upstream), the stages' per-frame inputs.
-    bool rig_changed = false;
-    const RigGeometry& rg = rig_geometry(f, &rig_changed);
-    if (rig_changed) bev_plans.clear();  // they read the old rig's SCA plan tensors
+    RigEntry& rig = rig_entry(f);
+    const RigGeometry& rg = rig.geometry;
     const std::array<float, 2> shift = bev_shift(step.can_bus, cfg);
     EncoderInputs in;
     in.can_bus = Tensor::empty({1, 18}, DType::kF32);
@@ -354,26 +379,36 @@ struct BevFormer::Impl {
       taps->put("dbg.bev_mask_count", i64_tensor(rg.plan.count_per_camera));
     }
 
+    out.geometry_seconds = seconds_since(t_part);
     BevOutputs r;
     if (replay) {
+      t_part = Clock::now();
       image_planned(f.img, taps);
-      r = bev_planned(in, rg, taps);
+      out.image_seconds = seconds_since(t_part);
+      t_part = Clock::now();
+      r = bev_planned(in, rig, taps);
       // The plan's buffers are reused by the next frame (of any stream): copy what leaves.
       for (Tensor* t : {&r.bev_embed, &r.all_cls, &r.all_preds, &r.last_preds, &r.top_scores, &r.top_index}) {
         *t = t->clone();
       }
+      out.bev_seconds = seconds_since(t_part);
     } else {
+      t_part = Clock::now();
       in.sca = image_stage(ops, f.img, taps);
       for (ScaInputs& s : in.sca) {
         s.query_index = rg.plan.query_index;
         s.reference = rg.plan.reference;
         s.inv_count = rg.plan.inv_count;
       }
+      out.image_seconds = seconds_since(t_part);
+      t_part = Clock::now();
       r = bev_stage(ops, in, taps);
+      out.bev_seconds = seconds_since(t_part);
     }
 
-    FrameOutput out;
+    t_part = Clock::now();
     out.detections = decode_detections(cfg.head, r.top_scores, r.top_index, r.last_preds);
+    out.decode_seconds = seconds_since(t_part);
     out.bev_embed = r.bev_embed;
     out.all_cls_scores = r.all_cls;
     out.all_bbox_preds = r.all_preds;
@@ -388,7 +423,9 @@ struct BevFormer::Impl {
   std::string describe() const {
     std::string s;
     if (image_plan) s += image_plan->plan.describe();
-    for (const auto& p : bev_plans) s += p->plan.describe();
+    for (const auto& r : rigs) {
+      for (const auto& p : r->bev_plans) s += p->plan.describe();
+    }
     return s;
   }
 };
@@ -412,7 +449,9 @@ void BevFormer::reset_history() { impl_->default_history = StreamHistory{}; }
 void BevFormer::replay_recorded_stages() {
   const std::lock_guard<std::mutex> lock(impl_->mu);
   if (impl_->image_plan) impl_->image_plan->plan.replay(impl_->ops.backend());
-  for (const auto& p : impl_->bev_plans) p->plan.replay(impl_->ops.backend());
+  for (const auto& r : impl_->rigs) {
+    for (const auto& p : r->bev_plans) p->plan.replay(impl_->ops.backend());
+  }
 }
 
 bool BevFormer::replay_image_stage() {
@@ -424,7 +463,8 @@ bool BevFormer::replay_image_stage() {
 
 bool BevFormer::replay_bev_stage(bool with_history) {
   const std::lock_guard<std::mutex> lock(impl_->mu);
-  for (const auto& p : impl_->bev_plans) {
+  if (impl_->rigs.empty()) return false;
+  for (const auto& p : impl_->rigs.front()->bev_plans) {  // the last frame's rig
     if (p->use_prev == with_history && !p->tapped) {
       p->plan.replay(impl_->ops.backend());
       return true;
@@ -440,8 +480,15 @@ std::vector<BevFormer::PlanInfo> BevFormer::plan_info() const {
     out.push_back({p.name(), p.nodes().size(), p.buffers(), p.arena_bytes(), p.no_reuse_bytes()});
   };
   if (impl_->image_plan) add(impl_->image_plan->plan);
-  for (const auto& p : impl_->bev_plans) add(p->plan);
+  for (const auto& r : impl_->rigs) {
+    for (const auto& p : r->bev_plans) add(p->plan);
+  }
   return out;
+}
+
+size_t BevFormer::rigs_seen() const {
+  const std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->rigs_computed;
 }
 
 std::string BevFormer::describe() const {

@@ -33,6 +33,9 @@ struct FrameOutput {
   Tensor all_bbox_preds;  // f32 [layers, Q, code_size]: centres in metres (spec §2.13)
   std::vector<Detection> detections;  // NMSFreeCoder output of the last layer, by score
   bool used_history = false;          // TSA saw the previous BEV
+  // Wall time of the parts of this frame (seconds): host geometry and the two stages of DESIGN §1
+  // (replay or eager), and decoding the boxes.
+  double geometry_seconds = 0, image_seconds = 0, bev_seconds = 0, decode_seconds = 0;
 };
 
 // One stream's history (forward_test's prev_frame_info): the previous BEV and the raw pose of the
@@ -83,6 +86,9 @@ class BevFormer {
     size_t no_reuse_bytes = 0;  // the same buffers without sharing
   };
   std::vector<PlanInfo> plan_info() const;
+  // How many rigs (lidar2img and padded size) needed their geometry computed: the last four
+  // stay cached with their bev plans, so vehicles with different rigs do not re-record.
+  size_t rigs_seen() const;
 
  private:
   struct Impl;
