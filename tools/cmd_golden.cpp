@@ -1,4 +1,4 @@
-// bevformer golden DIR [--dump OUT] [--tolerance T] [--threads N] [--frames K] [--eager]: runs a golden set's
+// bevformer golden DIR [--dump OUT] [--tolerance T] [--threads N] [--frames K] [--eager] [--precision P]: runs a golden set's
 // frames in order through one model and compares every stage and the detections with the set.
 #include <cmath>
 #include <cstdio>
@@ -49,6 +49,9 @@ Runner add_golden(CLI::App& app) {
       ->check(at_least(0, "an integer >= 0", "NONNEGATIVE"));
   sub->add_flag("--eager", a->options.eager,
                "Run every frame eagerly (default: record each stage once, then replay the plan)");
+  sub->add_option("--precision", a->options.precision, "f32 | bf16 (convolutions and matmuls; shows bf16's error per stage)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16"}));
   sub->add_option("--frames", a->options.max_frames, "Run only the first K frames (default: all)")
       ->check(at_least(1, "an integer >= 1", "POSITIVE"));
   return [a]() {

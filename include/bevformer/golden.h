@@ -17,6 +17,7 @@ struct GoldenOptions {
   int max_frames = -1;      // run only the first max_frames frames; < 0: all of them
   std::string dump_dir;     // when set: write every tap and the detections as <dir>/frame<k>.safetensors
   bool eager = false;       // run every frame eagerly instead of recording the stages and replaying them
+  std::string precision = "f32";  // "f32" | "bf16": convolutions and matmuls in bf16 (its error, stage by stage)
 };
 
 // One golden tensor against the model's tap of the same name.
@@ -84,6 +85,7 @@ struct GoldenReport {
   std::string config_path;
   std::string checkpoint_path;
   double tolerance = 0;
+  std::string precision = "f32";
   size_t frames_in_set = 0;
   std::vector<GoldenFrameResult> frames;
   bool ok = true;

@@ -151,7 +151,12 @@ GoldenReport run_golden(const std::string& dir, const GoldenOptions& options) {
   const ModelConfig cfg = load_config(set.config_path);
   log_info("golden: loading ", set.checkpoint_path);
   std::unique_ptr<BevFormer> model;
-  std::unique_ptr<Backend> backend = make_cpu_backend(options.threads, Precision::kF32);
+  if (options.precision != "f32" && options.precision != "bf16") {
+    throw Error(ErrorKind::kInvalidInput, "precision '" + options.precision + "'").where("golden options").expected("f32 or bf16");
+  }
+  report.precision = options.precision;
+  std::unique_ptr<Backend> backend =
+      make_cpu_backend(options.threads, options.precision == "bf16" ? Precision::kBF16 : Precision::kF32);
   {
     const Checkpoint checkpoint = load_checkpoint(set.checkpoint_path);
     model = std::make_unique<BevFormer>(cfg, checkpoint, *backend, /*replay=*/!options.eager);
@@ -255,6 +260,8 @@ std::string format_golden_report(const GoldenReport& r) {
   appendf(out, "  checkpoint  %s\n", r.checkpoint_path.c_str());
   appendf(out, "  frames      %zu of %zu, tolerance relative L2 <= %.1e (integer tensors exact)\n", r.frames.size(),
           r.frames_in_set, r.tolerance);
+  appendf(out, "  precision   %s%s\n", r.precision.c_str(),
+          r.precision == "bf16" ? " (convolutions and matmuls in bf16; golden is float32)" : "");
   size_t name_w = 10, shape_w = 5;
   for (const auto& f : r.frames) {
     for (const auto& t : f.tensors) {
