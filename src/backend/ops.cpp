@@ -115,6 +115,15 @@ void Ops::replay() {
 // ---- image ops (NHWC) ----
 
 Tensor Ops::conv2d(const Tensor& x, const PreparedWeights& w, const Tensor* residual, std::string label, DType out) {
+  return conv2d_impl(x, w, residual, std::move(label), out, /*over_residual=*/false);
+}
+
+Tensor Ops::conv2d_over_residual(const Tensor& x, const PreparedWeights& w, const Tensor& residual, std::string label) {
+  return conv2d_impl(x, w, &residual, std::move(label), residual.dtype(), /*over_residual=*/true);
+}
+
+Tensor Ops::conv2d_impl(const Tensor& x, const PreparedWeights& w, const Tensor* residual, std::string label, DType out,
+                        bool over_residual) {
   expect_rank("conv2d", label, "input", x, 4);
   const bool bf16 = backend_.precision() == Precision::kBF16;
   for (const Tensor* t : {&x, residual}) {
@@ -136,7 +145,14 @@ Tensor Ops::conv2d(const Tensor& x, const PreparedWeights& w, const Tensor* resi
   const int64_t ho = conv_out(x.size(1), static_cast<int>(ws[2]), a.stride_h, a.pad_h, a.dilation_h);
   const int64_t wo = conv_out(x.size(2), static_cast<int>(ws[3]), a.stride_w, a.pad_w, a.dilation_w);
   if (ho <= 0 || wo <= 0) shape_error("conv2d", label, "input " + x.describe() + " is smaller than the kernel", "a larger map");
-  OpNode n{OpKind::conv2d, std::move(label), w.attrs, {x}, {output({x.size(0), ho, wo, ws[0]}, out)}, w.state};
+  const Shape out_shape = {x.size(0), ho, wo, ws[0]};
+  if (over_residual) {
+    if (!residual || residual->shape() != out_shape || residual->dtype() != out || !residual->is_contiguous()) {
+      shape_error("conv2d", label, "residual " + (residual ? residual->describe() : std::string("missing")) +
+                  " cannot take the output", std::string("a contiguous ") + dtype_name(out) + shape_str(out_shape));
+    }
+  }
+  OpNode n{OpKind::conv2d, std::move(label), w.attrs, {x}, {over_residual ? *residual : output(out_shape, out)}, w.state};
   n.weight_shape = ws;
   if (a.residual) {
     if (!residual) shape_error("conv2d", n.label, "no residual given", "a residual tensor (attrs.residual is set)");

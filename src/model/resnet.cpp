@@ -47,8 +47,10 @@ BottleneckWeights load_bottleneck(Ops& ops, const WeightSource& w, const Backbon
 
 // act: the dtype of activations that only convolutions read (bf16 in bf16 precision: half the
 // bytes, and no rounding of an f32 copy in every conv); out: the block output's dtype.
+// x_is_private: nothing reads x after this block (it is the previous block's output inside a
+// stage), so conv3 may write over it.
 Tensor bottleneck_forward(Ops& ops, const BottleneckWeights& b, const Tensor& x, const std::string& p, DType act,
-                          DType out) {
+                          DType out, bool x_is_private) {
   const Tensor identity = b.has_downsample ? ops.conv2d(x, b.downsample, nullptr, p + ".downsample", out) : x;
   // DCNv2 (our own kernel) and its offset conv read conv1's output in f32.
   const Tensor out1 = ops.conv2d(x, b.conv1, nullptr, p + ".conv1", b.dcn ? DType::kF32 : act);
@@ -58,6 +60,11 @@ Tensor bottleneck_forward(Ops& ops, const BottleneckWeights& b, const Tensor& x,
     out2 = ops.relu(ops.deform_conv2d(out1, offset_mask, b.conv2, p + ".conv2"), p + ".relu2");
   } else {
     out2 = ops.conv2d(out1, b.conv2, nullptr, p + ".conv2", act);
+  }
+  // conv3 adds the identity in place when it is dead afterwards: the downsample's output, or a
+  // private block input of the output's dtype.
+  if (identity.dtype() == out && (b.has_downsample || x_is_private)) {
+    return ops.conv2d_over_residual(out2, b.conv3, identity, p + ".conv3");
   }
   return ops.conv2d(out2, b.conv3, &identity, p + ".conv3", out);
 }
@@ -98,7 +105,8 @@ std::vector<Tensor> resnet_forward(Ops& ops, const ResNetWeights& w, const Backb
     const bool is_output = std::find(cfg.out_indices.begin(), cfg.out_indices.end(), s) != cfg.out_indices.end();
     for (size_t b = 0; b < stage.size(); ++b) {
       const DType out = is_output && b + 1 == stage.size() ? DType::kF32 : act;
-      h = bottleneck_forward(ops, stage[b], h, "img_backbone." + layer + "." + std::to_string(b), act, out);
+      h = bottleneck_forward(ops, stage[b], h, "img_backbone." + layer + "." + std::to_string(b), act, out,
+                             /*x_is_private=*/b > 0);
     }
     if (is_output) outs.push_back(h);
   }
