@@ -1,11 +1,18 @@
-// Helpers for reader tests: random tensors of every dtype and in-memory sources.
+// Helpers for reader tests: random tensors of every dtype, in-memory sources, temp directories.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 #include "core/tensor.h"
 #include "io/byte_source.h"
@@ -54,5 +61,31 @@ inline bool same_bytes(const Tensor& a, const Tensor& b) {
   const Tensor ca = a.contiguous(), cb = b.contiguous();
   return ca.nbytes() == 0 || std::memcmp(ca.raw_data(), cb.raw_data(), ca.nbytes()) == 0;
 }
+
+// A fresh directory under the system's temp directory, named after the running test (and the
+// process and a counter, so parallel tests never share one), removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = std::filesystem::temp_directory_path() /
+            ("bev_test_" + std::string(info ? info->name() : "x") + "_" + std::to_string(::getpid()) + "_" +
+             std::to_string(counter++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string str() const { return path_.string(); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
 
 }  // namespace bev::testing

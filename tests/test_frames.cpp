@@ -4,7 +4,6 @@
 // demo keyframe, and a catalogue of bad frames that must each give one clear error.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -15,11 +14,10 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
 #include "bevformer/error.h"
+#include "core/mat4.h"
 #include "io/checkpoint.h"
 #include "io/frame_json.h"
 #include "io/image.h"
@@ -27,6 +25,8 @@
 #include "model/config.h"
 #include "model/geometry.h"
 #include "runtime/prepare.h"
+#include "io_test_util.h"
+#include "micro_frames.h"
 
 namespace bev {
 namespace {
@@ -34,31 +34,11 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-const std::string kMicro = std::string(BEV_SHARED_DIR) + "/golden/micro";
+using testing::kMicroDir;
+using testing::micro_frame_json;
+using testing::TempDir;
+
 const std::string kDemo = std::string(BEV_SHARED_DIR) + "/data/nuscenes-demo";
-
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() / ("bev_frames_" + std::string(info ? info->name() : "x") + "_" +
-                                         std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string str() const { return path_.string(); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 json read_json(const std::string& path) {
   const std::vector<uint8_t> b = read_file_bytes(path);
@@ -83,27 +63,6 @@ double max_abs(const Mat4& a) {
   return m;
 }
 
-// Golden frame k of the micro set as a frame JSON: PNG paths relative to the set, K + extrinsics.
-json micro_frame_json(int k) {
-  const json meta = read_json(kMicro + "/frame" + std::to_string(k) + "_meta.json");
-  json f;
-  f["stream"] = "micro";
-  f["timestamp"] = meta["timestamp"];
-  f["scene"] = meta["scene_token"];
-  f["T_world_from_ego"] = meta["ego2global"];
-  f["T_ego_from_lidar"] = meta["lidar2ego"];
-  f["can_bus"] = meta["can_bus"];
-  f["cameras"] = json::array();
-  for (const json& c : meta["cameras"]) {
-    const int i = c["index"].get<int>();
-    f["cameras"].push_back({{"name", c["name"]},
-                            {"image", meta["img_filenames"][static_cast<size_t>(i)]},
-                            {"K", c["cam2img"]},
-                            {"T_ego_from_cam", c["cam2ego"]}});
-  }
-  return f;
-}
-
 // Runs fn, which must throw Error of `kind` whose message contains every one of `parts`.
 void expect_error(const std::function<void()>& fn, ErrorKind kind, const std::vector<std::string>& parts) {
   try {
@@ -123,14 +82,14 @@ void expect_parse_error(const json& frame, const std::vector<std::string>& parts
 // Golden set: img, lidar2img and can_bus exactly as upstream built them.
 
 TEST(FramesGolden, MicroFramesGiveTheSetsInputs) {
-  const ModelConfig cfg = load_config(kMicro + "/config.json");
+  const ModelConfig cfg = load_config(kMicroDir + "/config.json");
   TemporalState state;
   for (int k = 0; k < 3; ++k) {
     SCOPED_TRACE("frame " + std::to_string(k));
-    const json meta = read_json(kMicro + "/frame" + std::to_string(k) + "_meta.json");
+    const json meta = read_json(kMicroDir + "/frame" + std::to_string(k) + "_meta.json");
     const FrameSpec spec = parse_frame_json(micro_frame_json(k).dump(2), "micro.json");
-    const PreparedFrame p = prepare_frame(spec, cfg, kMicro);
-    const Checkpoint golden = load_checkpoint(kMicro + "/frame" + std::to_string(k) + ".safetensors");
+    const PreparedFrame p = prepare_frame(spec, cfg, kMicroDir);
+    const Checkpoint golden = load_checkpoint(kMicroDir + "/frame" + std::to_string(k) + ".safetensors");
 
     // img: every value equal.
     const Tensor* img = golden.find("img");
@@ -195,16 +154,16 @@ TEST(FramesGolden, MicroFramesGiveTheSetsInputs) {
 }
 
 TEST(FramesGolden, Lidar2imgGivenDirectlyAndInlineImagesGiveTheSameInput) {
-  const ModelConfig cfg = load_config(kMicro + "/config.json");
-  const json meta = read_json(kMicro + "/frame1_meta.json");
-  const PreparedFrame ref = prepare_frame(parse_frame_json(micro_frame_json(1).dump()), cfg, kMicro);
+  const ModelConfig cfg = load_config(kMicroDir + "/config.json");
+  const json meta = read_json(kMicroDir + "/frame1_meta.json");
+  const PreparedFrame ref = prepare_frame(parse_frame_json(micro_frame_json(1).dump()), cfg, kMicroDir);
   json f = micro_frame_json(1);
   for (size_t i = 0; i < 6; ++i) {
     json& c = f["cameras"][i];
     c.erase("K");
     c.erase("T_ego_from_cam");
     c["lidar2img"] = meta["lidar2img"][i];
-    const std::vector<uint8_t> png = read_file_bytes(kMicro + "/" + c["image"].get<std::string>());
+    const std::vector<uint8_t> png = read_file_bytes(kMicroDir + "/" + c["image"].get<std::string>());
     c["image"] = {{"base64", base64_encode(png)}};
   }
   const FrameSpec spec = parse_frame_json(f.dump());
@@ -227,7 +186,7 @@ TEST(FramesGolden, PoseOnlyFrameHasZeroCanFields) {
   f.erase("scene");
   const FrameSpec spec = parse_frame_json(f.dump());
   const std::array<double, 18> cb = absolute_can_bus(spec);
-  const json meta = read_json(kMicro + "/frame0_meta.json");
+  const json meta = read_json(kMicroDir + "/frame0_meta.json");
   for (int i = 0; i < 18; ++i) {
     if (i < 7 || i >= 16) {
       EXPECT_NEAR(cb[i], meta["can_bus"][i].get<double>(), 1e-9);
@@ -235,7 +194,7 @@ TEST(FramesGolden, PoseOnlyFrameHasZeroCanFields) {
       EXPECT_EQ(cb[i], 0.0);
     }
   }
-  const PreparedFrame p = prepare_frame(spec, load_config(kMicro + "/config.json"), kMicro);
+  const PreparedFrame p = prepare_frame(spec, load_config(kMicroDir + "/config.json"), kMicroDir);
   EXPECT_EQ(p.scene, "");
   EXPECT_EQ(p.input.scene_token, "micro");  // the stream id stands in for a missing scene
 }
@@ -244,7 +203,7 @@ TEST(FramesGolden, CanBusAloneIsUsedAsIs) {
   json f = micro_frame_json(2);
   f.erase("T_world_from_ego");
   const FrameSpec spec = parse_frame_json(f.dump());
-  const json meta = read_json(kMicro + "/frame2_meta.json");
+  const json meta = read_json(kMicroDir + "/frame2_meta.json");
   const std::array<double, 18> cb = absolute_can_bus(spec);
   const auto want = meta["can_bus"].get<std::vector<double>>();
   for (size_t i = 0; i < 18; ++i) EXPECT_EQ(cb[i], want[i]) << i;
@@ -543,28 +502,28 @@ TEST(FramesBad, ParseErrorsNameTheField) {
 }
 
 TEST(FramesBad, PrepareErrorsNameTheCamera) {
-  const ModelConfig cfg = load_config(kMicro + "/config.json");
+  const ModelConfig cfg = load_config(kMicroDir + "/config.json");
   const json good = micro_frame_json(0);
   TempDir dir;
   auto prepare = [&](const json& f, const std::string& base) { prepare_frame(parse_frame_json(f.dump()), cfg, base); };
   {
     json f = good;
     f["cameras"].erase(5);
-    expect_error([&] { prepare(f, kMicro); }, ErrorKind::kInvalidInput, {"cameras", "the frame has 5 cameras", "6 (the model's camera slots"});
+    expect_error([&] { prepare(f, kMicroDir); }, ErrorKind::kInvalidInput, {"cameras", "the frame has 5 cameras", "6 (the model's camera slots"});
   }
   {
     json f = good;
     std::swap(f["cameras"][1], f["cameras"][2]);
-    expect_error([&] { prepare(f, kMicro); }, ErrorKind::kInvalidInput, {"cameras[1] (CAM_FRONT_LEFT)", "out of slot order"});
+    expect_error([&] { prepare(f, kMicroDir); }, ErrorKind::kInvalidInput, {"cameras[1] (CAM_FRONT_LEFT)", "out of slot order"});
   }
   {
     json f = good;
     f["cameras"][3]["image"] = "images/no_such_file.png";
-    expect_error([&] { prepare(f, kMicro); }, ErrorKind::kNotFound, {"cameras[3] (CAM_BACK) image", "no_such_file.png"});
+    expect_error([&] { prepare(f, kMicroDir); }, ErrorKind::kNotFound, {"cameras[3] (CAM_BACK) image", "no_such_file.png"});
   }
   // Image files that are not images, empty, or cut short.
   const std::vector<uint8_t> jpeg = read_file_bytes(kDemo + "/n015-2018-07-24-11-22-45+0800__CAM_FRONT__1532402927612460.jpg");
-  const std::vector<uint8_t> png = read_file_bytes(kMicro + "/images/frame0_cam4_CAM_BACK_LEFT.png");
+  const std::vector<uint8_t> png = read_file_bytes(kMicroDir + "/images/frame0_cam4_CAM_BACK_LEFT.png");
   write_bytes(dir.file("text.png"), std::vector<uint8_t>{'h', 'e', 'l', 'l', 'o'});
   write_bytes(dir.file("empty.jpg"), {});
   write_bytes(dir.file("cut.jpg"), std::vector<uint8_t>(jpeg.begin(), jpeg.begin() + jpeg.size() / 2));
@@ -581,12 +540,12 @@ TEST(FramesBad, PrepareErrorsNameTheCamera) {
     SCOPED_TRACE(file);
     json f = good;
     f["cameras"][4]["image"] = dir.file(file);  // an absolute path ignores base_dir
-    expect_error([&] { prepare(f, kMicro); }, ErrorKind::kInvalidInput, {"cameras[4] (CAM_BACK_LEFT) image", file, message});
+    expect_error([&] { prepare(f, kMicroDir); }, ErrorKind::kInvalidInput, {"cameras[4] (CAM_BACK_LEFT) image", file, message});
   }
   // The same bytes inline.
   json f = good;
   f["cameras"][0]["image"] = {{"base64", base64_encode(std::vector<uint8_t>(png.begin(), png.begin() + 100))}};
-  expect_error([&] { prepare(f, kMicro); }, ErrorKind::kInvalidInput, {"cameras[0] (CAM_FRONT) image (base64)", "truncated"});
+  expect_error([&] { prepare(f, kMicroDir); }, ErrorKind::kInvalidInput, {"cameras[0] (CAM_FRONT) image (base64)", "truncated"});
 }
 
 TEST(FramesImage, EveryTruncationOfAJpegIsRefused) {
@@ -600,7 +559,7 @@ TEST(FramesImage, EveryTruncationOfAJpegIsRefused) {
   }
   EXPECT_THROW(inspect_image(std::span<const uint8_t>(jpeg.data(), jpeg.size() - 1), "cut"), Error);
   // A PNG round trip through encode/decode keeps every pixel.
-  const Tensor bgr = read_image(kMicro + "/images/frame2_cam5_CAM_BACK_RIGHT.png");
+  const Tensor bgr = read_image(kMicroDir + "/images/frame2_cam5_CAM_BACK_RIGHT.png");
   const Tensor back = decode_image(encode_image(bgr, ".png"), "encoded");
   ASSERT_EQ(back.shape(), bgr.shape());
   EXPECT_EQ(0, std::memcmp(back.data<uint8_t>(), bgr.data<uint8_t>(), bgr.nbytes()));

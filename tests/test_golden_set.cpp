@@ -2,7 +2,6 @@
 // and the end-to-end run of shared/golden/micro through the model (bevformer/golden.h).
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -12,8 +11,6 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
 #include "bevformer/error.h"
@@ -22,6 +19,7 @@
 #include "io/golden_set.h"
 #include "io/safetensors.h"
 #include "model/bevformer.h"
+#include "io_test_util.h"
 
 namespace bev {
 namespace {
@@ -31,29 +29,7 @@ using nlohmann::json;
 
 const std::string kMicro = std::string(BEV_SHARED_DIR) + "/golden/micro";
 
-// A fresh directory under the system's temp directory, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() / ("bev_golden_" + std::string(info ? info->name() : "x") + "_" +
-                                         std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string str() const { return path_.string(); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 const std::vector<std::string> kSetFiles = {
     "config.json",        "checkpoint.pth",     "weights.safetensors", "golden.json",

@@ -10,49 +10,27 @@
 #include "bevformer/error.h"
 #include "bevformer/model.h"
 #include "io/golden_set.h"
+#include "micro_frames.h"
 
 namespace bev {
 namespace {
 
 using json = nlohmann::json;
-const std::string kMicro = std::string(BEV_SHARED_DIR) + "/golden/micro";
-
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  return json::parse(in);
-}
-
-// Golden frame k as a frame JSON: the raw PNGs, K + extrinsics, the ego pose, the raw CAN fields.
-json micro_frame(int k) {
-  const json meta = read_json(kMicro + "/frame" + std::to_string(k) + "_meta.json");
-  json f;
-  f["stream"] = "micro";
-  f["timestamp"] = meta["timestamp"];
-  f["scene"] = meta["scene_token"];
-  f["T_world_from_ego"] = meta["ego2global"];
-  f["T_ego_from_lidar"] = meta["lidar2ego"];
-  f["can_bus"] = meta["can_bus"];
-  for (const json& c : meta["cameras"]) {
-    f["cameras"].push_back({{"name", c["name"]},
-                            {"image", meta["img_filenames"][c["index"].get<size_t>()]},
-                            {"K", c["cam2img"]},
-                            {"T_ego_from_cam", c["cam2ego"]}});
-  }
-  return f;
-}
+using testing::kMicroDir;
+using testing::micro_frame_json;
 
 std::unique_ptr<Model> micro_model() {
   Knobs k;
   k.threads = 2;
-  return Model::load(kMicro + "/config.json", kMicro + "/checkpoint.pth", k);
+  return Model::load(kMicroDir + "/config.json", kMicroDir + "/checkpoint.pth", k);
 }
 
 TEST(ModelApi, GoldenFramesThroughTheFramePathGiveTheSetsDetections) {
   const auto model = micro_model();
   EXPECT_FALSE(model->untrained());
-  const GoldenSetFiles set = find_golden_set(kMicro);
+  const GoldenSetFiles set = find_golden_set(kMicroDir);
   for (int k = 0; k < 3; ++k) {
-    const Detections d = model->detect(micro_frame(k).dump(), kMicro);
+    const Detections d = model->detect(micro_frame_json(k).dump(), kMicroDir);
     EXPECT_EQ(d.used_history, k > 0);
     std::vector<DetectionRecord> ours;
     for (const Box& b : d.boxes) {
@@ -82,13 +60,13 @@ TEST(ModelApi, BadFramesFailClearlyAndLeaveTheStreamAsItWas) {
   const auto clean = micro_model();
   const auto tested = micro_model();
   for (int k = 0; k < 2; ++k) {
-    clean->detect(micro_frame(k).dump(), kMicro);
-    tested->detect(micro_frame(k).dump(), kMicro);
+    clean->detect(micro_frame_json(k).dump(), kMicroDir);
+    tested->detect(micro_frame_json(k).dump(), kMicroDir);
   }
-  const json good = micro_frame(2);
+  const json good = micro_frame_json(2);
   auto expect_invalid = [&](const json& f, const std::string& needle) {
     try {
-      tested->detect(f.dump(), kMicro);
+      tested->detect(f.dump(), kMicroDir);
       ADD_FAILURE() << "accepted a frame with " << needle;
     } catch (const Error& e) {
       EXPECT_TRUE(e.kind() == ErrorKind::kInvalidInput || e.kind() == ErrorKind::kNotFound) << e.what();
@@ -115,17 +93,17 @@ TEST(ModelApi, BadFramesFailClearlyAndLeaveTheStreamAsItWas) {
   expect_invalid(f, "colour");
   // A truncated PNG.
   {
-    std::ifstream in(kMicro + "/" + good["cameras"][0]["image"].get<std::string>(), std::ios::binary);
+    std::ifstream in(kMicroDir + "/" + good["cameras"][0]["image"].get<std::string>(), std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const std::string cut = testing::TempDir() + "/truncated.png";
+    const std::string cut = ::testing::TempDir() + "/truncated.png";
     std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
     f = good;
     f["cameras"][0]["image"] = cut;
     expect_invalid(f, "truncated.png");
   }
   // The next good frame gives exactly what the clean stream gives.
-  const Detections a = clean->detect(good.dump(), kMicro);
-  const Detections b = tested->detect(good.dump(), kMicro);
+  const Detections a = clean->detect(good.dump(), kMicroDir);
+  const Detections b = tested->detect(good.dump(), kMicroDir);
   EXPECT_TRUE(b.used_history);
   ASSERT_EQ(a.boxes.size(), b.boxes.size());
   for (size_t i = 0; i < a.boxes.size(); ++i) {
@@ -138,9 +116,9 @@ TEST(ModelApi, BadFramesFailClearlyAndLeaveTheStreamAsItWas) {
 TEST(ModelApi, UntrainedModelSaysSoEverywhere) {
   Knobs k;
   k.threads = 2;
-  const auto model = Model::load(kMicro + "/config.json", "", k);
+  const auto model = Model::load(kMicroDir + "/config.json", "", k);
   EXPECT_TRUE(model->untrained());
-  const Detections d = model->detect(micro_frame(0).dump(), kMicro);
+  const Detections d = model->detect(micro_frame_json(0).dump(), kMicroDir);
   EXPECT_TRUE(d.untrained);
   const json doc = json::parse(d.json);
   EXPECT_EQ(doc["untrained"], true);

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/detections_json.h"
+#include "io/image.h"
 #include "model/config.h"
 #include "render/render.h"
 
@@ -472,12 +473,6 @@ TEST(DemoProjection, MatchesCamInstances) {
   EXPECT_GT(bbox_checked, 20);
 }
 
-Tensor read_image(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return decode_image_bgr(bytes);
-}
-
 RenderInput demo_render_input() {
   const Demo& d = demo();
   RenderInput in;
@@ -528,12 +523,12 @@ TEST(Render, UntrainedDrawsTopNAndRejectsBadImages) {
   const Tensor img = render_frame(in);  // no cameras: the BEV panel alone
   EXPECT_EQ(img.size(1), 720);
   EXPECT_EQ(img.dtype(), DType::kU8);
-  const std::vector<uint8_t> png = encode_png(img);
+  const std::vector<uint8_t> png = encode_image(img, ".png");
   EXPECT_GT(png.size(), 100u);
 
   in.cameras.push_back({"CAM_FRONT", Tensor::zeros({10, 10}, DType::kU8), front_camera()});
   EXPECT_THROW(render_frame(in), Error);
-  EXPECT_THROW(decode_image_bgr({1, 2, 3}), Error);
+  EXPECT_THROW(decode_image(std::vector<uint8_t>{1, 2, 3}, "bytes"), Error);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <numbers>
 
 #include "bevformer/error.h"
+#include "core/mat4.h"
 
 namespace bev {
 
@@ -13,7 +14,6 @@ namespace {
 
 using Vec3 = std::array<double, 3>;
 using Quat = std::array<double, 4>;  // w, x, y, z
-using Mat4 = std::array<double, 16>;
 
 constexpr double kPi = std::numbers::pi;
 
@@ -76,18 +76,6 @@ Quat canonical(Quat q) {  // q and -q are the same rotation; write the one with 
   return q;
 }
 
-Mat4 matmul(const Mat4& a, const Mat4& b) {
-  Mat4 r{};
-  for (int i = 0; i < 4; ++i) {
-    for (int j = 0; j < 4; ++j) {
-      double s = 0;
-      for (int k = 0; k < 4; ++k) s += a[static_cast<size_t>(i * 4 + k)] * b[static_cast<size_t>(k * 4 + j)];
-      r[static_cast<size_t>(i * 4 + j)] = s;
-    }
-  }
-  return r;
-}
-
 nlohmann::json mat_json(const Mat4& m) {
   nlohmann::json rows = nlohmann::json::array();
   for (int i = 0; i < 4; ++i) {
@@ -131,7 +119,7 @@ Box9 box_from_mmdet3d_info(const std::array<double, 7>& b, double vx, double vy)
           static_cast<float>(vx), static_cast<float>(vy)};
 }
 
-std::array<double, 16> identity_pose() { return {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1}; }
+std::array<double, 16> identity_pose() { return mat4_identity(); }
 
 nlohmann::json detections_to_json(const std::vector<Detection>& detections,
                                   const std::vector<std::string>& class_names,
@@ -161,7 +149,7 @@ nlohmann::json detections_to_json(const std::vector<Detection>& detections,
     out["poses"] = {{"T_world_from_ego", mat_json(poses->world_from_ego)},
                     {"T_ego_from_lidar", mat_json(poses->ego_from_lidar)}};
   }
-  const Mat4 world_from_lidar = poses ? matmul(poses->world_from_ego, poses->ego_from_lidar) : identity_pose();
+  const Mat4 world_from_lidar = poses ? mat4_mul(poses->world_from_ego, poses->ego_from_lidar) : identity_pose();
   const Quat q_world_from_lidar =
       poses ? quat_mul(quat_from_matrix(poses->world_from_ego), quat_from_matrix(poses->ego_from_lidar)) : Quat{1, 0, 0, 0};
 

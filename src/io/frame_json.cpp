@@ -10,6 +10,7 @@
 
 #include "bevformer/error.h"
 #include "io/byte_source.h"
+#include "io/json_checks.h"
 
 namespace bev {
 namespace {
@@ -23,18 +24,14 @@ constexpr double kExactTolerance = 1e-9;  // structural zeros and ones (bottom r
 constexpr uint64_t kMaxFrameFileBytes = 1ull << 30;
 
 // Field paths as a user reads them: "cameras[2].K[1][0]".
-std::string child(const std::string& path, std::string_view key) {
-  return path.empty() ? std::string(key) : path + "." + std::string(key);
-}
-std::string item(const std::string& path, size_t i) { return path + "[" + std::to_string(i) + "]"; }
+using json_checks::item_path;
+using json_checks::join_path;
+using json_checks::text;
 
+// Every frame error is the caller's input.
 [[noreturn]] void fail(const std::string& where, const std::string& path, const std::string& problem,
                        const std::string& expected = {}, const std::string& hint = {}) {
-  Error e(ErrorKind::kInvalidInput, problem);
-  e.where(path.empty() ? where : where + ": " + path);
-  if (!expected.empty()) e.expected(expected);
-  if (!hint.empty()) e.hint(hint);
-  throw e;
+  json_checks::fail(ErrorKind::kInvalidInput, where, path, problem, expected, hint);
 }
 
 std::string describe(const json& v) {
@@ -53,8 +50,6 @@ std::string describe(const json& v) {
   }
 }
 
-std::string fmt(double v) { return json(v).dump(); }
-
 // Refuses any field of `obj` not in `allowed`, naming the first one.
 void check_fields(const json& obj, const std::string& where, const std::string& path,
                   std::initializer_list<std::string_view> allowed) {
@@ -64,7 +59,7 @@ void check_fields(const json& obj, const std::string& where, const std::string& 
     if (!ok) {
       std::string list;
       for (std::string_view a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-      fail(where, child(path, key), "unknown field", "one of: " + list);
+      fail(where, join_path(path, key), "unknown field", "one of: " + list);
     }
   }
 }
@@ -72,7 +67,7 @@ void check_fields(const json& obj, const std::string& where, const std::string& 
 double number(const json& v, const std::string& where, const std::string& path) {
   if (!v.is_number()) fail(where, path, "is " + describe(v), "a number");
   const double x = v.get<double>();
-  if (!std::isfinite(x)) fail(where, path, "is not finite (" + fmt(x) + ")", "a finite number");
+  if (!std::isfinite(x)) fail(where, path, "is not finite (" + text(x) + ")", "a finite number");
   return x;
 }
 
@@ -93,19 +88,19 @@ std::array<double, R * C> matrix(const json& v, const std::string& where, const 
   std::array<double, R * C> m{};
   for (size_t r = 0; r < R; ++r) {
     const json& row = v[r];
-    const std::string rp = item(path, r);
+    const std::string rp = item_path(path, r);
     if (!row.is_array()) fail(where, rp, "is " + describe(row), "a row of " + std::to_string(C) + " numbers (" + shape + ")");
     if (row.size() != C) {
       fail(where, rp, "has " + std::to_string(row.size()) + " numbers", std::to_string(C) + " per row (" + shape + ")");
     }
-    for (size_t c = 0; c < C; ++c) m[r * C + c] = number(row[c], where, item(rp, c));
+    for (size_t c = 0; c < C; ++c) m[r * C + c] = number(row[c], where, item_path(rp, c));
   }
   return m;
 }
 
 std::string row_text(const double* p, int n) {
   std::string s = "[";
-  for (int i = 0; i < n; ++i) s += (i ? ", " : "") + fmt(p[i]);
+  for (int i = 0; i < n; ++i) s += (i ? ", " : "") + text(p[i]);
   return s + "]";
 }
 
@@ -117,7 +112,7 @@ void check_rigid(const Mat4& m, const std::string& where, const std::string& pat
   }
   const double err = rotation_orthogonality_error(m);
   if (err > kRigidTolerance) {
-    fail(where, path, "is not a rigid transform: its rotation part has |R^T R - I| = " + fmt(err),
+    fail(where, path, "is not a rigid transform: its rotation part has |R^T R - I| = " + text(err),
          "an orthonormal rotation (|R^T R - I| <= 1e-4) and a translation",
          "scale, shear or a transposed matrix? Matrices are row-major: p_to = T p_from");
   }
@@ -134,7 +129,7 @@ void check_intrinsics(const Mat3& k, const std::string& where, const std::string
          "[[fx, s, cx], [0, fy, cy], [0, 0, 1]]");
   }
   if (!(k[0] > 0) || !(k[4] > 0)) {
-    fail(where, path, "has focal lengths fx = " + fmt(k[0]) + ", fy = " + fmt(k[4]), "fx > 0 and fy > 0 (pixels)");
+    fail(where, path, "has focal lengths fx = " + text(k[0]) + ", fy = " + text(k[4]), "fx > 0 and fy > 0 (pixels)");
   }
 }
 
@@ -142,9 +137,9 @@ CameraSpec parse_camera(const json& c, const std::string& where, const std::stri
   if (!c.is_object()) fail(where, path, "is " + describe(c), "a camera object {name, image, K, T_ego_from_cam | lidar2img}");
   check_fields(c, where, path, {"name", "image", "K", "T_ego_from_cam", "lidar2img"});
   CameraSpec cam;
-  if (!c.contains("name")) fail(where, child(path, "name"), "is missing", "the camera's name (e.g. \"CAM_FRONT\")");
-  cam.name = text_field(c["name"], where, child(path, "name"));
-  const std::string ip = child(path, "image");
+  if (!c.contains("name")) fail(where, join_path(path, "name"), "is missing", "the camera's name (e.g. \"CAM_FRONT\")");
+  cam.name = text_field(c["name"], where, join_path(path, "name"));
+  const std::string ip = join_path(path, "image");
   if (!c.contains("image")) {
     fail(where, ip, "is missing", "an image file path (relative to the frame file) or {\"base64\": \"...\"}");
   }
@@ -153,23 +148,23 @@ CameraSpec parse_camera(const json& c, const std::string& where, const std::stri
     cam.image_path = text_field(img, where, ip);
   } else if (img.is_object()) {
     check_fields(img, where, ip, {"base64"});
-    if (!img.contains("base64")) fail(where, child(ip, "base64"), "is missing", "the image file's bytes, base64-encoded");
+    if (!img.contains("base64")) fail(where, join_path(ip, "base64"), "is missing", "the image file's bytes, base64-encoded");
     const json& b = img["base64"];
-    if (!b.is_string()) fail(where, child(ip, "base64"), "is " + describe(b), "a base64 string");
-    cam.image_bytes = base64_decode(b.get_ref<const std::string&>(), where + ": " + child(ip, "base64"));
-    if (cam.image_bytes.empty()) fail(where, child(ip, "base64"), "is empty", "the image file's bytes, base64-encoded");
+    if (!b.is_string()) fail(where, join_path(ip, "base64"), "is " + describe(b), "a base64 string");
+    cam.image_bytes = base64_decode(b.get_ref<const std::string&>(), where + ": " + join_path(ip, "base64"));
+    if (cam.image_bytes.empty()) fail(where, join_path(ip, "base64"), "is empty", "the image file's bytes, base64-encoded");
   } else {
     fail(where, ip, "is " + describe(img), "an image file path (relative to the frame file) or {\"base64\": \"...\"}");
   }
   if (c.contains("K")) {
-    cam.K = matrix<3, 3>(c["K"], where, child(path, "K"));
-    check_intrinsics(*cam.K, where, child(path, "K"));
+    cam.K = matrix<3, 3>(c["K"], where, join_path(path, "K"));
+    check_intrinsics(*cam.K, where, join_path(path, "K"));
   }
   if (c.contains("T_ego_from_cam")) {
-    cam.T_ego_from_cam = matrix<4, 4>(c["T_ego_from_cam"], where, child(path, "T_ego_from_cam"));
-    check_rigid(*cam.T_ego_from_cam, where, child(path, "T_ego_from_cam"));
+    cam.T_ego_from_cam = matrix<4, 4>(c["T_ego_from_cam"], where, join_path(path, "T_ego_from_cam"));
+    check_rigid(*cam.T_ego_from_cam, where, join_path(path, "T_ego_from_cam"));
   }
-  if (c.contains("lidar2img")) cam.lidar2img = matrix<4, 4>(c["lidar2img"], where, child(path, "lidar2img"));
+  if (c.contains("lidar2img")) cam.lidar2img = matrix<4, 4>(c["lidar2img"], where, join_path(path, "lidar2img"));
   const std::string calib = "either K and T_ego_from_cam, or lidar2img";
   if (cam.lidar2img && (cam.K || cam.T_ego_from_cam)) {
     fail(where, path, "gives both lidar2img and " + std::string(cam.K ? "K" : "T_ego_from_cam"), calib,
@@ -177,8 +172,8 @@ CameraSpec parse_camera(const json& c, const std::string& where, const std::stri
   }
   if (!cam.lidar2img) {
     if (!cam.K && !cam.T_ego_from_cam) fail(where, path, "has no calibration", calib);
-    if (!cam.K) fail(where, child(path, "K"), "is missing (T_ego_from_cam is given)", "the 3x3 intrinsics at the image's resolution");
-    if (!cam.T_ego_from_cam) fail(where, child(path, "T_ego_from_cam"), "is missing (K is given)", "the camera's 4x4 pose in the ego frame");
+    if (!cam.K) fail(where, join_path(path, "K"), "is missing (T_ego_from_cam is given)", "the 3x3 intrinsics at the image's resolution");
+    if (!cam.T_ego_from_cam) fail(where, join_path(path, "T_ego_from_cam"), "is missing (K is given)", "the camera's 4x4 pose in the ego frame");
   }
   return cam;
 }
@@ -195,7 +190,7 @@ json parse_strict(std::string_view text, const std::string& where) {
   auto path_to = [&](size_t levels) {
     std::string p;
     for (size_t i = 0; i < levels; ++i) {
-      p = stack[i].object ? child(p, stack[i].key) : item(p, stack[i].index);
+      p = stack[i].object ? join_path(p, stack[i].key) : item_path(p, stack[i].index);
     }
     return p;
   };
@@ -339,7 +334,7 @@ FrameSpec frame_from_json(const json& j, const std::string& where) {
       fail(where, "can_bus", "is " + describe(c), "18 numbers in nuScenes' layout (docs/bevformer-spec.md §3)");
     }
     std::array<double, 18> cb{};
-    for (size_t i = 0; i < 18; ++i) cb[i] = number(c[i], where, item("can_bus", i));
+    for (size_t i = 0; i < 18; ++i) cb[i] = number(c[i], where, item_path("can_bus", i));
     f.can_bus = cb;
   }
   if (!f.T_world_from_ego && !f.can_bus) {
@@ -352,11 +347,11 @@ FrameSpec frame_from_json(const json& j, const std::string& where) {
     const auto& cb = *f.can_bus;
     const double qn = std::sqrt(cb[3] * cb[3] + cb[4] * cb[4] + cb[5] * cb[5] + cb[6] * cb[6]);
     if (std::abs(qn - 1) > 1e-3) {
-      fail(where, "can_bus[3:7]", "is not a unit quaternion (norm " + fmt(qn) + ")",
+      fail(where, "can_bus[3:7]", "is not a unit quaternion (norm " + text(qn) + ")",
            "the ego rotation as (w, x, y, z) when T_world_from_ego is not given");
     }
     if (std::abs(cb[17] - cb[16] * 180 / std::numbers::pi) > 1e-3) {
-      fail(where, "can_bus[17]", "is " + fmt(cb[17]) + " degrees but can_bus[16] is " + fmt(cb[16]) + " rad",
+      fail(where, "can_bus[17]", "is " + text(cb[17]) + " degrees but can_bus[16] is " + text(cb[16]) + " rad",
            "the same patch angle in degrees and radians");
     }
   }
@@ -364,10 +359,10 @@ FrameSpec frame_from_json(const json& j, const std::string& where) {
   const json& cams = j["cameras"];
   if (!cams.is_array() || cams.empty()) fail(where, "cameras", "is " + describe(cams), "a non-empty list of cameras");
   for (size_t i = 0; i < cams.size(); ++i) {
-    CameraSpec cam = parse_camera(cams[i], where, item("cameras", i));
+    CameraSpec cam = parse_camera(cams[i], where, item_path("cameras", i));
     for (size_t k = 0; k < f.cameras.size(); ++k) {
       if (f.cameras[k].name == cam.name) {
-        fail(where, child(item("cameras", i), "name"), "\"" + cam.name + "\" is also the name of cameras[" + std::to_string(k) + "]",
+        fail(where, join_path(item_path("cameras", i), "name"), "\"" + cam.name + "\" is also the name of cameras[" + std::to_string(k) + "]",
              "unique camera names");
       }
     }
@@ -508,69 +503,6 @@ Mat3 mat3_from_json(const json& v, const std::string& where, const std::string& 
 }
 Mat4 mat4_from_json(const json& v, const std::string& where, const std::string& path) {
   return matrix<4, 4>(v, where, path);
-}
-
-Mat4 mat4_identity() { return {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1}; }
-
-Mat4 mat4_mul(const Mat4& a, const Mat4& b) {
-  Mat4 c{};
-  for (int r = 0; r < 4; ++r) {
-    for (int k = 0; k < 4; ++k) {
-      for (int col = 0; col < 4; ++col) c[r * 4 + col] += a[r * 4 + k] * b[k * 4 + col];
-    }
-  }
-  return c;
-}
-
-std::optional<Mat4> mat4_inverse(const Mat4& m) {
-  double a[4][8];
-  for (int r = 0; r < 4; ++r) {
-    for (int c = 0; c < 4; ++c) {
-      a[r][c] = m[r * 4 + c];
-      a[r][c + 4] = r == c ? 1 : 0;
-    }
-  }
-  for (int col = 0; col < 4; ++col) {
-    int piv = col;
-    for (int r = col + 1; r < 4; ++r) {
-      if (std::abs(a[r][col]) > std::abs(a[piv][col])) piv = r;
-    }
-    if (a[piv][col] == 0 || !std::isfinite(a[piv][col])) return std::nullopt;
-    if (piv != col) std::swap(a[piv], a[col]);
-    const double inv = 1 / a[col][col];
-    for (double& x : a[col]) x *= inv;
-    for (int r = 0; r < 4; ++r) {
-      if (r == col || a[r][col] == 0) continue;
-      const double f = a[r][col];
-      for (int c = 0; c < 8; ++c) a[r][c] -= f * a[col][c];
-    }
-  }
-  Mat4 out{};
-  for (int r = 0; r < 4; ++r) {
-    for (int c = 0; c < 4; ++c) out[r * 4 + c] = a[r][c + 4];
-  }
-  return out;
-}
-
-Mat4 mat4_from_intrinsics(const Mat3& k) {
-  return {k[0], k[1], k[2], 0, k[3], k[4], k[5], 0, k[6], k[7], k[8], 0, 0, 0, 0, 1};
-}
-
-double rotation_orthogonality_error(const Mat4& t) {
-  double worst = 0;
-  for (int i = 0; i < 3; ++i) {
-    for (int j = 0; j < 3; ++j) {
-      double s = 0;
-      for (int k = 0; k < 3; ++k) s += t[k * 4 + i] * t[k * 4 + j];
-      worst = std::max(worst, std::abs(s - (i == j ? 1.0 : 0.0)));
-    }
-  }
-  return worst;
-}
-
-double rotation_determinant(const Mat4& t) {
-  return t[0] * (t[5] * t[10] - t[6] * t[9]) - t[1] * (t[4] * t[10] - t[6] * t[8]) +
-         t[2] * (t[4] * t[9] - t[5] * t[8]);
 }
 
 }  // namespace bev

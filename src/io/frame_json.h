@@ -17,10 +17,9 @@
 
 #include <nlohmann/json.hpp>
 
-namespace bev {
+#include "core/mat4.h"  // Mat3, Mat4 and their helpers (mat4_mul, mat4_inverse, ...)
 
-using Mat3 = std::array<double, 9>;   // row-major 3x3
-using Mat4 = std::array<double, 16>;  // row-major 4x4
+namespace bev {
 
 struct CameraSpec {
   std::string name;                  // "name": unique in the frame (nuScenes: CAM_FRONT, ...)
@@ -69,16 +68,5 @@ std::vector<uint8_t> base64_decode(std::string_view text, const std::string& whe
 // A row-major matrix from nested JSON lists of finite numbers; errors name "where: path[r][c]".
 Mat3 mat3_from_json(const nlohmann::json& v, const std::string& where, const std::string& path);
 Mat4 mat4_from_json(const nlohmann::json& v, const std::string& where, const std::string& path);
-
-// Small float64 matrix helpers for the frame geometry (row-major).
-Mat4 mat4_identity();
-Mat4 mat4_mul(const Mat4& a, const Mat4& b);
-// General inverse (Gauss-Jordan, partial pivoting), as numpy.linalg.inv; nullopt when singular.
-std::optional<Mat4> mat4_inverse(const Mat4& m);
-// [K 0; 0 1].
-Mat4 mat4_from_intrinsics(const Mat3& K);
-// Largest |(RᵀR − I)_ij| of the top-left 3x3, and its determinant.
-double rotation_orthogonality_error(const Mat4& t);
-double rotation_determinant(const Mat4& t);
 
 }  // namespace bev

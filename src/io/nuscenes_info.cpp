@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bevformer/error.h"
+#include "core/mat4.h"
 #include "io/byte_source.h"
 
 namespace bev {

@@ -1,4 +1,5 @@
-// Error helpers shared by the config files: every config error names the file and key path.
+// Error helpers shared by the config files: every config error names the file and key path
+// (the path and error helpers are io/json_checks.h's, shared with the frame JSON reader).
 #pragma once
 
 #include <string>
@@ -7,36 +8,18 @@
 #include <nlohmann/json.hpp>
 
 #include "bevformer/error.h"
+#include "io/json_checks.h"
 
 namespace bev::config_detail {
 
 using json = nlohmann::json;
 
-inline std::string join_path(const std::string& a, std::string_view b) {
-  return a.empty() ? std::string(b) : a + "." + std::string(b);
-}
+using json_checks::fail;       // fail(kind, where, path, problem, expected, hint)
+using json_checks::join_path;
+using json_checks::place;
+using json_checks::text;       // shortest round-trip text of a value ("103.53", "[1, 2]")
 
-inline std::string place(const std::string& where, const std::string& path) {
-  if (where.empty()) return path;
-  return path.empty() ? where : where + ": " + path;
-}
-
-[[noreturn]] inline void fail(ErrorKind kind, const std::string& where, const std::string& path,
-                       const std::string& problem, const std::string& expected = {},
-                       const std::string& hint = {}) {
-  Error e(kind, problem);
-  e.where(place(where, path));
-  if (!expected.empty()) e.expected(expected);
-  if (!hint.empty()) e.hint(hint);
-  throw e;
-}
-
-// Shortest round-trip text of any JSON-representable value ("103.53", "[1, 2]").
-template <typename T>
-std::string text(const T& v) {
-  return json(v).dump();
-}
-
+// What a wrong value is, in the config's (Python's) words.
 inline std::string describe(const json& v) {
   std::string d = v.dump();
   if (d.size() > 40) d = d.substr(0, 37) + "...";
@@ -52,6 +35,5 @@ inline std::string describe(const json& v) {
     default: return "a value of an unexpected kind";
   }
 }
-
 
 }  // namespace bev::config_detail

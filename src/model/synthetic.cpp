@@ -5,6 +5,7 @@
 #include <random>
 #include <string>
 
+#include "core/mat4.h"
 #include "model/param_spec.h"
 
 namespace bev {
@@ -46,16 +47,6 @@ void fill(Tensor& t, const ParamSpec& spec, uint64_t seed) {
   int64_t fan_in = 1;
   for (size_t d = 1; d < spec.shape.size(); ++d) fan_in *= spec.shape[d];
   normal(0.0, 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(fan_in, 1))));
-}
-
-std::array<double, 16> matmul4(const std::array<double, 16>& a, const std::array<double, 16>& b) {
-  std::array<double, 16> c{};
-  for (int i = 0; i < 4; ++i) {
-    for (int j = 0; j < 4; ++j) {
-      for (int k = 0; k < 4; ++k) c[static_cast<size_t>(i * 4 + j)] += a[static_cast<size_t>(i * 4 + k)] * b[static_cast<size_t>(k * 4 + j)];
-    }
-  }
-  return c;
 }
 
 }  // namespace
@@ -110,7 +101,7 @@ std::vector<std::array<double, 16>> synthetic_rig(const ModelConfig& cfg) {
     k[6] = img.height / 2.0;
     k[10] = 1;
     k[15] = 1;
-    out.push_back(matmul4(k, cam_from_lidar));
+    out.push_back(mat4_mul(k, cam_from_lidar));
   }
   return out;
 }

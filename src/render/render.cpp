@@ -7,10 +7,10 @@
 #include <numbers>
 
 #include <opencv2/core.hpp>
-#include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
 #include "bevformer/error.h"
+#include "io/image.h"
 
 namespace bev {
 
@@ -457,24 +457,7 @@ Tensor render_frame(const RenderInput& in) {
   return to_tensor(canvas);
 }
 
-std::vector<uint8_t> encode_png(const Tensor& image) {
-  const cv::Mat m = as_mat(image, "the image to encode");
-  std::vector<uint8_t> bytes;
-  if (!cv::imencode(".png", m, bytes)) throw Error(ErrorKind::kInternal, "PNG encoding failed").where("render");
-  return bytes;
-}
-
-Tensor decode_image_bgr(const std::vector<uint8_t>& bytes) {
-  cv::Mat m;
-  if (!bytes.empty()) m = cv::imdecode(bytes, cv::IMREAD_COLOR);
-  if (m.empty()) {
-    throw Error(ErrorKind::kInvalidInput, "not a decodable image (" + std::to_string(bytes.size()) + " bytes)")
-        .expected("PNG or JPEG");
-  }
-  return to_tensor(m);
-}
-
-std::vector<uint8_t> render_frame_png(const RenderInput& input) { return encode_png(render_frame(input)); }
+std::vector<uint8_t> render_frame_png(const RenderInput& input) { return encode_image(render_frame(input), ".png"); }
 
 void render_frame_to_file(const RenderInput& input, const std::string& path) {
   const std::vector<uint8_t> png = render_frame_png(input);

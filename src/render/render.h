@@ -85,14 +85,9 @@ RenderSize render_size(const RenderInput& input);
 // the untrained warning in red), the camera mosaic on the left, the BEV panel on the right, a
 // legend band (class colours, ground truth) at the bottom.
 Tensor render_frame(const RenderInput& input);
-// The picture as PNG bytes.
+// The picture as PNG bytes (io/image.h's encode_image; decode_image reads it back).
 std::vector<uint8_t> render_frame_png(const RenderInput& input);
 // Writes the PNG to `path` (Error kIo when it cannot).
 void render_frame_to_file(const RenderInput& input, const std::string& path);
-
-// Image file helpers for the picture (PNG/JPEG via the same codec): encode a u8 [H, W, 3] BGR
-// tensor as PNG, decode any image file's bytes to one (Error kInvalidInput when not an image).
-std::vector<uint8_t> encode_png(const Tensor& image);
-Tensor decode_image_bgr(const std::vector<uint8_t>& bytes);
 
 }  // namespace bev

@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "bevformer/error.h"
+#include "core/mat4.h"
 #include "io/byte_source.h"
 #include "io/image.h"
 

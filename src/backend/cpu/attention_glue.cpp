@@ -9,13 +9,6 @@
 namespace bev::cpu {
 namespace {
 
-void expect_f32(const char* op, const Tensor& t, const char* what, const Shape& shape) {
-  if (!t.defined() || t.dtype() != DType::kF32 || t.device() != Device::kCpu || t.shape() != shape ||
-      !t.is_contiguous()) {
-    bad_tensor(op, t, what, "contiguous host f32" + shape_str(shape));
-  }
-}
-
 bool is_f32_rank(const Tensor& t, int64_t rank) {
   return t.defined() && t.dtype() == DType::kF32 && t.device() == Device::kCpu && t.dim() == rank && t.is_contiguous();
 }
@@ -80,7 +73,7 @@ void sampling_locations(const Tensor& offsets, const Tensor& reference,
           .expected("spatial shapes (H, W) >= 1");
     }
   }
-  expect_f32(op, out, "output out", offsets.shape());
+  expect_f32_shape(op, out, "output out", offsets.shape());
   expect_no_overlap(op, offsets, out, /*may_alias=*/true);
   expect_no_overlap(op, reference, out, /*may_alias=*/false);
   if (offsets.numel() == 0) return;
@@ -118,8 +111,8 @@ void reference_refine(const Tensor& reg, const Tensor& reference, Tensor& out, T
   expect_f32_rank(op, reg, "reg", 2, "[M, code >= 5]");
   const int64_t m_len = reg.size(0), code = reg.size(1);
   if (code < 5) bad_tensor(op, reg, "reg", "contiguous host f32 [M, code >= 5]");
-  expect_f32(op, reference, "reference", {m_len, 3});
-  expect_f32(op, out, "output out", {m_len, 3});
+  expect_f32_shape(op, reference, "reference", {m_len, 3});
+  expect_f32_shape(op, out, "output out", {m_len, 3});
   expect_no_overlap(op, reference, out, /*may_alias=*/true);
   expect_no_overlap(op, reg, out, /*may_alias=*/false);
   if (m_len == 0) return;
@@ -148,8 +141,8 @@ void bbox_denormalize(const Tensor& reg, const Tensor& refined, const BboxDenorm
   expect_f32_rank(op, reg, "reg", 2, "[M, code >= 5]");
   const int64_t m_len = reg.size(0), code = reg.size(1);
   if (code < 5) bad_tensor(op, reg, "reg", "contiguous host f32 [M, code >= 5]");
-  expect_f32(op, refined, "refined", {m_len, 3});
-  expect_f32(op, out, "output out", reg.shape());
+  expect_f32_shape(op, refined, "refined", {m_len, 3});
+  expect_f32_shape(op, out, "output out", reg.shape());
   expect_no_overlap(op, reg, out, /*may_alias=*/true);
   expect_no_overlap(op, refined, out, /*may_alias=*/false);
   if (m_len == 0) return;

@@ -19,14 +19,6 @@
 namespace bev::cpu {
 namespace {
 
-
-void expect_f32(const char* op, const Tensor& t, const char* what, const Shape& shape) {
-  if (!t.defined() || t.dtype() != DType::kF32 || t.device() != Device::kCpu || t.shape() != shape ||
-      !t.is_contiguous()) {
-    bad_tensor(op, t, what, "contiguous host f32" + shape_str(shape));
-  }
-}
-
 // x must be contiguous f32 of any rank >= 1 (a [M, C] view); returns C.
 int64_t expect_rows(const char* op, const Tensor& x, const char* what) {
   if (!x.defined() || x.dtype() != DType::kF32 || x.device() != Device::kCpu || x.dim() < 1 || !x.is_contiguous()) {
@@ -300,11 +292,11 @@ BroadcastRuns broadcast_runs(const Tensor& a, const Tensor& b) {
 template <typename Op>
 void binary(const char* op, const Tensor& a, const Tensor& b, Tensor& y, ThreadPool* pool, Op fn) {
   expect_rows(op, a, "input a");
-  expect_f32(op, y, "output y", a.shape());
+  expect_f32_shape(op, y, "output y", a.shape());
   const float* ap = a.data<float>();
   float* yp = y.data<float>();
   if (b.defined() && b.shape() == a.shape()) {
-    expect_f32(op, b, "input b", a.shape());
+    expect_f32_shape(op, b, "input b", a.shape());
     expect_no_partial_overlap(op, a, y);
     expect_no_partial_overlap(op, b, y);
     const float* bp = b.data<float>();
@@ -362,9 +354,9 @@ void binary(const char* op, const Tensor& a, const Tensor& b, Tensor& y, ThreadP
 void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& y, ThreadPool* pool) {
   const char* op = "layer_norm";
   const int64_t c_len = expect_rows(op, x, "input x");
-  expect_f32(op, gamma, "gamma", {c_len});
-  expect_f32(op, beta, "beta", {c_len});
-  expect_f32(op, y, "output y", x.shape());
+  expect_f32_shape(op, gamma, "gamma", {c_len});
+  expect_f32_shape(op, beta, "beta", {c_len});
+  expect_f32_shape(op, y, "output y", x.shape());
   expect_no_partial_overlap(op, x, y);
   if (x.numel() == 0) return;
   const int64_t rows = x.numel() / c_len;
@@ -384,7 +376,7 @@ void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float 
 void softmax(const Tensor& x, Tensor& y, ThreadPool* pool) {
   const char* op = "softmax";
   const int64_t c_len = expect_rows(op, x, "input x");
-  expect_f32(op, y, "output y", x.shape());
+  expect_f32_shape(op, y, "output y", x.shape());
   expect_no_partial_overlap(op, x, y);
   if (x.numel() == 0) return;
   const int64_t rows = x.numel() / c_len;
@@ -403,7 +395,7 @@ void softmax(const Tensor& x, Tensor& y, ThreadPool* pool) {
 
 void relu(const Tensor& x, Tensor& y, ThreadPool* pool) {
   expect_rows("relu", x, "input x");
-  expect_f32("relu", y, "output y", x.shape());
+  expect_f32_shape("relu", y, "output y", x.shape());
   expect_no_partial_overlap("relu", x, y);
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
@@ -414,7 +406,7 @@ void relu(const Tensor& x, Tensor& y, ThreadPool* pool) {
 
 void sigmoid(const Tensor& x, Tensor& y, ThreadPool* pool) {
   expect_rows("sigmoid", x, "input x");
-  expect_f32("sigmoid", y, "output y", x.shape());
+  expect_f32_shape("sigmoid", y, "output y", x.shape());
   expect_no_partial_overlap("sigmoid", x, y);
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
@@ -425,7 +417,7 @@ void sigmoid(const Tensor& x, Tensor& y, ThreadPool* pool) {
 
 void inverse_sigmoid(const Tensor& x, float eps, Tensor& y, ThreadPool* pool) {
   expect_rows("inverse_sigmoid", x, "input x");
-  expect_f32("inverse_sigmoid", y, "output y", x.shape());
+  expect_f32_shape("inverse_sigmoid", y, "output y", x.shape());
   expect_no_partial_overlap("inverse_sigmoid", x, y);
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
@@ -451,8 +443,8 @@ void zeros(Tensor& y) {
 
 void add_rows(const Tensor& a, const Tensor& row, Tensor& y, ThreadPool* pool) {
   const int64_t c_len = expect_rows("add_rows", a, "input a");
-  expect_f32("add_rows", row, "row", {c_len});
-  expect_f32("add_rows", y, "output y", a.shape());
+  expect_f32_shape("add_rows", row, "row", {c_len});
+  expect_f32_shape("add_rows", y, "output y", a.shape());
   expect_no_partial_overlap("add_rows", a, y);
   expect_no_partial_overlap("add_rows", row, y, /*may_alias=*/false);
   if (a.numel() == 0) return;
