@@ -21,13 +21,6 @@
 namespace bev::cpu {
 namespace {
 
-void expect_f32(const Tensor& t, const char* what, const Shape& shape) {
-  if (!t.defined() || t.dtype() != DType::kF32 || t.device() != Device::kCpu || t.shape() != shape ||
-      !t.is_contiguous()) {
-    bad_tensor("deform_conv2d", t, what, "contiguous host f32" + shape_str(shape));
-  }
-}
-
 float sigmoid_f(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 
 // Up to four bilinear corners of one sample: weights and the corner's Cin vector.
@@ -247,10 +240,10 @@ void DeformConv2d::run(const Tensor& x, const Tensor& offset_mask, Tensor& y, Th
   const Impl& s = *impl_;
   if (!x.defined()) bad_tensor("deform_conv2d", x, "input x", "f32 [N, H, W, Cin]");
   const Shape y_shape = output_shape(x.shape());
-  expect_f32(x, "input x", x.shape());
+  expect_f32_shape("deform_conv2d", x, "input x", x.shape());
   const int64_t taps = s.kh * s.kw;
-  expect_f32(offset_mask, "offset_mask", {y_shape[0], y_shape[1], y_shape[2], 3 * taps});
-  expect_f32(y, "output y", y_shape);
+  expect_f32_shape("deform_conv2d", offset_mask, "offset_mask", {y_shape[0], y_shape[1], y_shape[2], 3 * taps});
+  expect_f32_shape("deform_conv2d", y, "output y", y_shape);
   const Geometry g{x.size(0), x.size(1), x.size(2), s.cin, y_shape[1], y_shape[2], s.kh, s.kw, s.stride, s.pad, s.dil};
   const int64_t rows = g.n * g.ho * g.wo;
   if (rows == 0) return;
@@ -297,9 +290,9 @@ void deform_conv2d_reference(const Tensor& x, const Tensor& offset_mask, const T
   const Shape ys = shape_only.output_shape(x.shape());
   const int64_t cout = weight_oihw.size(0), cin = weight_oihw.size(1), kh = weight_oihw.size(2),
                 kw = weight_oihw.size(3), taps = kh * kw;
-  expect_f32(x, "input x", x.shape());
-  expect_f32(offset_mask, "offset_mask", {ys[0], ys[1], ys[2], 3 * taps});
-  expect_f32(y, "output y", ys);
+  expect_f32_shape("deform_conv2d", x, "input x", x.shape());
+  expect_f32_shape("deform_conv2d", offset_mask, "offset_mask", {ys[0], ys[1], ys[2], 3 * taps});
+  expect_f32_shape("deform_conv2d", y, "output y", ys);
   const Tensor w = weight_oihw.contiguous();
   const float* wp = w.data<float>();
   const Tensor b = bias ? bias->contiguous() : Tensor();

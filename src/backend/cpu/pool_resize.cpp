@@ -19,13 +19,6 @@ void expect_nhwc(const char* op, const Tensor& t, const char* what) {
   }
 }
 
-void expect_f32(const char* op, const Tensor& t, const char* what, const Shape& shape) {
-  if (!t.defined() || t.dtype() != DType::kF32 || t.device() != Device::kCpu || t.shape() != shape ||
-      !t.is_contiguous()) {
-    bad_tensor(op, t, what, "contiguous host f32" + shape_str(shape));
-  }
-}
-
 template <typename Fn>
 void for_rows(ThreadPool* pool, int64_t rows, const Fn& fn) {
   if (pool == nullptr || pool->size() == 1 || rows < 2) {
@@ -86,7 +79,7 @@ void max_pool2d_3x3_s2_p1(const Tensor& x, Tensor& y, ThreadPool* pool) {
   const char* op = "max_pool2d_3x3_s2_p1";
   expect_nhwc(op, x, "input x");
   const Shape ys = max_pool2d_3x3_s2_p1_shape(x.shape());
-  expect_f32(op, y, "output y", ys);
+  expect_f32_shape(op, y, "output y", ys);
   const int64_t H = x.size(1), W = x.size(2), C = x.size(3), Ho = ys[1], Wo = ys[2];
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
