@@ -8,6 +8,10 @@
 //
 //   bench_conv --benchmark_repetitions=3 --benchmark_min_time=0.2 [--benchmark_filter=tiny]
 //
+// Each case runs in f32, in bf16 with f32 activations (rounded to bf16 inside every conv), and
+// in bf16 with bf16 activations (`bf16act`: input, residual and output bf16, as the ResNet
+// keeps them between convs in bf16 precision; not for the stem, whose input is the image).
+//
 // Counters: GFLOP/s; pct_peak, the percentage of the peak of the row's own precision, and
 // pct_f32_peak, of the f32 peak (the goal is stated against it); both peaks are measured
 // in this process (a 2048^3 matmul), so a loaded machine lowers rates and peaks alike.
@@ -45,7 +49,7 @@ struct ConvCase {
   Residual residual;
 };
 
-void bm_conv(benchmark::State& state, const ConvCase& cc, Precision p) {
+void bm_conv(benchmark::State& state, const ConvCase& cc, Precision p, bool bf16_activations) {
   bev::cpu::Conv2dAttrs a;
   a.stride_h = a.stride_w = cc.stride;
   a.pad_h = a.pad_w = cc.pad;
@@ -54,10 +58,11 @@ void bm_conv(benchmark::State& state, const ConvCase& cc, Precision p) {
   const Tensor w = filled({cc.o, cc.c, cc.k, cc.k}, 1);
   const Tensor b = filled({cc.o}, 2);
   const bev::cpu::Conv2d conv(w, &b, a, p);
-  const Tensor x = filled({cc.n, cc.h, cc.w, cc.c}, 3);
+  const DType act = bf16_activations ? DType::kBF16 : DType::kF32;
+  const Tensor x = filled({cc.n, cc.h, cc.w, cc.c}, 3).to(act);
   const Shape out = conv.output_shape(x.shape());
-  Tensor y = filled(out, 4);
-  const Tensor res = cc.residual == Residual::kSeparate ? filled(out, 5) : Tensor();
+  Tensor y = filled(out, 4).to(act);
+  const Tensor res = cc.residual == Residual::kSeparate ? filled(out, 5).to(act) : Tensor();
   const Tensor* r = cc.residual == Residual::kSeparate ? &res : cc.residual == Residual::kInPlace ? &y : nullptr;
   conv.run(x, r, y);  // creates the plan for this shape
   state.SetLabel(conv.impl_name(x.shape()));
@@ -137,9 +142,12 @@ int main(int argc, char** argv) {
   std::printf("oneDNN isa %s, %d threads; measured peak: f32 %.0f GFLOP/s, bf16 %.0f GFLOP/s\n",
               bev::cpu::isa_name().c_str(), bev::cpu::num_threads(), peak(Precision::kF32), peak(Precision::kBF16));
   for (const ConvCase& c : all_cases()) {
-    for (Precision p : {Precision::kF32, Precision::kBF16}) {
-      benchmark::RegisterBenchmark((c.name + (p == Precision::kF32 ? "/f32" : "/bf16")).c_str(),
-                                   [c, p](benchmark::State& s) { bm_conv(s, c, p); })
+    for (const char* mode : {"f32", "bf16", "bf16act"}) {
+      const std::string m = mode;
+      if (m == "bf16act" && c.name.find("stem") != std::string::npos) continue;
+      const Precision p = m == "f32" ? Precision::kF32 : Precision::kBF16;
+      const bool acts = m == "bf16act";
+      benchmark::RegisterBenchmark((c.name + "/" + m).c_str(), [c, p, acts](benchmark::State& s) { bm_conv(s, c, p, acts); })
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
     }
