@@ -83,5 +83,28 @@ TEST(ThreadPool, ManyShortJobs) {
   EXPECT_EQ(total.load(), 2000 * 16);
 }
 
+// Several threads share one pool (frames of different streams preparing at once): each job still
+// covers its own range exactly once, and nobody hangs.
+TEST(ThreadPool, ConcurrentCallersTakeTurns) {
+  ThreadPool pool(3);
+  constexpr int kCallers = 4, kJobs = 300;
+  std::vector<std::atomic<int64_t>> sums(kCallers);
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c) {
+    callers.emplace_back([&, c] {
+      for (int r = 0; r < kJobs; ++r) {
+        pool.parallel_for(37 + c, 1, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) sums[static_cast<size_t>(c)] += i + 1;
+        });
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  for (int c = 0; c < kCallers; ++c) {
+    const int64_t n = 37 + c;
+    EXPECT_EQ(sums[static_cast<size_t>(c)].load(), kJobs * n * (n + 1) / 2) << "caller " << c;
+  }
+}
+
 }  // namespace
 }  // namespace bev

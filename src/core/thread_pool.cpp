@@ -62,6 +62,9 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t
 
 void ThreadPool::parallel_for_indexed(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t, int)> fn) {
   if (n <= 0) return;
+  // One job at a time: a second caller waits its turn instead of overwriting the job (and
+  // participant 0's scratch) of the first.
+  const std::lock_guard<std::mutex> caller(caller_mu_);
   grain = std::max<int64_t>(grain, 1);
   const int64_t max_chunks = std::max<int64_t>(1, n / grain);
   const int64_t chunks = std::min<int64_t>(max_chunks, static_cast<int64_t>(size()) * 4);

@@ -26,7 +26,8 @@ class ThreadPool {
   int size() const { return static_cast<int>(workers_.size()) + 1; }
 
   // fn(begin, end) over chunks of at least `grain` items; blocks until all chunks are done.
-  // Not reentrant: a chunk must not call parallel_for on the same pool.
+  // Concurrent callers take turns (one job at a time). Not reentrant: a chunk must not call
+  // parallel_for on the same pool.
   void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn);
   // The same, with the participant that runs the chunk: 0 for the calling thread, 1..size()-1
   // for the workers. No two chunks run at once with the same participant, so it can index
@@ -38,6 +39,7 @@ class ThreadPool {
   void run_chunks(int participant);
 
   std::vector<std::thread> workers_;
+  std::mutex caller_mu_;  // held by the one caller whose job the pool runs
   std::mutex mu_;
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
