@@ -1,0 +1,289 @@
+#include "bevformer/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "backend/cpu/onednn.h"
+#include "bevformer/error.h"
+#include "core/log.h"
+#include "io/checkpoint.h"
+#include "model/bevformer.h"
+#include "model/config.h"
+#include "model/synthetic.h"
+#include "profile/profiler.h"
+
+namespace bev {
+namespace {
+
+Precision precision_of(const std::string& p) {
+  if (p == "f32") return Precision::kF32;
+  if (p == "bf16") return Precision::kBF16;
+  throw Error(ErrorKind::kInvalidInput, "precision '" + p + "'").where("bench options").expected("f32 or bf16");
+}
+
+// The q-quantile with linear interpolation between order statistics (numpy's default, as the
+// PyTorch reference's timing script reports it, so the two are comparable).
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
+}
+
+// Per-stage op time of the profiled frame, in the order the stages first ran.
+std::vector<BenchStage> stages_of(const Profiler& p, const std::vector<SignpostRange>& image,
+                                  const std::vector<SignpostRange>& bev) {
+  std::vector<BenchStage> out;
+  auto add = [&](const std::vector<SignpostRange>& ranges, const char* group) {
+    for (const SignpostRange& r : ranges) {
+      for (size_t i : p.ops_in(r)) {
+        const OpRecord& op = p.ops()[i];
+        const std::string& name = p.text(op.stage);
+        auto it = std::find_if(out.begin(), out.end(), [&](const BenchStage& s) { return s.name == name; });
+        if (it == out.end()) {
+          out.push_back({name, group});
+          it = out.end() - 1;
+        }
+        it->ms += static_cast<double>(op.duration_ns) * 1e-6;
+        it->gflop += op.flops * 1e-9;
+      }
+    }
+  };
+  add(image, "image");
+  add(bev, "bev");
+  double total = 0;
+  for (const BenchStage& s : out) total += s.ms;
+  for (BenchStage& s : out) {
+    s.percent = total > 0 ? 100 * s.ms / total : 0;
+    s.gflops = s.ms > 0 ? s.gflop / (s.ms * 1e-3) : 0;
+  }
+  return out;
+}
+
+}  // namespace
+
+BenchReport run_bench(const BenchOptions& o) {
+  if (o.frames < 1) throw Error(ErrorKind::kInvalidInput, "--frames " + std::to_string(o.frames)).expected("at least 1");
+  if (o.warmup < 2) {
+    throw Error(ErrorKind::kInvalidInput, "--warmup " + std::to_string(o.warmup))
+        .expected("at least 2 (the first frame records the plans, the second is the first with history)");
+  }
+  const Precision precision = precision_of(o.precision);
+  const ModelConfig cfg = load_config(o.config);
+
+  BenchReport r;
+  r.config = cfg.name;
+  r.precision = o.precision;
+  r.frames = o.frames;
+  r.warmup = o.warmup;
+  r.mode = o.eager ? "eager" : "replay";
+  r.weights = o.weights.empty() ? "random (seed " + std::to_string(o.seed) + ")" : o.weights;
+
+  const std::unique_ptr<Backend> cpu = make_cpu_backend(o.threads, precision);
+  ProfilingBackend backend(*cpu);  // detached while timing: one pointer test per op
+  std::unique_ptr<BevFormer> model;
+  {
+    // The checkpoint lives only while the model is built from it, as in a serving process.
+    if (!o.weights.empty()) log_info("bench: loading ", o.weights);
+    const Checkpoint ck = o.weights.empty() ? random_checkpoint(cfg, o.seed) : load_checkpoint(o.weights);
+    size_t bytes = 0;
+    for (const auto& [name, t] : ck.tensors()) bytes += t.nbytes();
+    r.weight_mb = static_cast<double>(bytes) / (1 << 20);
+    model = std::make_unique<BevFormer>(cfg, ck, backend, /*replay=*/!o.eager);
+  }
+  r.threads = cpu::num_threads();
+  r.device = std::string(cpu->name()) + ", " + std::to_string(r.threads) + " threads, " + cpu::isa_name();
+
+  std::vector<double> geometry, image, bev, decode;
+  const int total = o.warmup + o.frames;
+  std::chrono::steady_clock::duration timed{};
+  for (int k = 0; k < total; ++k) {
+    // The frame is made outside the timing: a user's frame arrives prepared by then.
+    const FrameInput frame = synthetic_frame(cfg, o.seed, k);
+    const auto t0 = std::chrono::steady_clock::now();
+    const FrameOutput out = model->forward(frame);
+    const auto dt = std::chrono::steady_clock::now() - t0;
+    const double ms = std::chrono::duration<double, std::milli>(dt).count();
+    if (k > 0 && !out.used_history) {
+      throw Error(ErrorKind::kInternal, "bench frame " + std::to_string(k) + " did not use the history");
+    }
+    if (k == 0) r.first_frame_ms = ms;
+    if (k < o.warmup) {
+      log_info("bench: warm-up frame ", k + 1, " of ", o.warmup, ": ", ms, " ms");
+      continue;
+    }
+    timed += dt;
+    r.frame_ms.push_back(ms);
+    geometry.push_back(out.geometry_seconds * 1e3);
+    image.push_back(out.image_seconds * 1e3);
+    bev.push_back(out.bev_seconds * 1e3);
+    decode.push_back(out.decode_seconds * 1e3);
+    log_info("bench: frame ", k - o.warmup + 1, " of ", o.frames, ": ", ms, " ms");
+  }
+  r.median_ms = quantile(r.frame_ms, 0.5);
+  r.p90_ms = quantile(r.frame_ms, 0.9);
+  r.min_ms = *std::min_element(r.frame_ms.begin(), r.frame_ms.end());
+  r.max_ms = *std::max_element(r.frame_ms.begin(), r.frame_ms.end());
+  double sum = 0;
+  for (double v : r.frame_ms) sum += v;
+  r.mean_ms = sum / static_cast<double>(r.frame_ms.size());
+  r.fps = static_cast<double>(o.frames) / std::chrono::duration<double>(timed).count();
+  r.geometry_ms = quantile(geometry, 0.5);
+  r.image_ms = quantile(image, 0.5);
+  r.bev_ms = quantile(bev, 0.5);
+  r.decode_ms = quantile(decode, 0.5);
+  r.peak_rss_mb = static_cast<double>(peak_resident_bytes()) / (1 << 20);
+
+  if (o.stages) {
+    // One more frame of the same drive with every op timed. Replayed: the two recorded stages on
+    // that frame's inputs; eager: the whole forward, whose ops carry their stage names too.
+    Profiler profiler;
+    profiler.reserve(8192);
+    const FrameInput frame = synthetic_frame(cfg, o.seed, total);
+    if (o.eager) {
+      backend.attach(&profiler);
+      profiler.signpost("frame");
+      model->forward(frame);
+      profiler.signpost("frame_end");
+      backend.attach(nullptr);
+      r.stages = stages_of(profiler, profiler.ranges("frame"), {});
+      for (BenchStage& s : r.stages) s.group = s.name.rfind("img", 0) == 0 ? "image" : "bev";
+    } else {
+      model->forward(frame);  // puts the frame's inputs into the plans
+      backend.attach(&profiler);
+      profiler.signpost("image");
+      const bool image_ok = model->replay_image_stage();
+      profiler.signpost("image_end");
+      profiler.signpost("bev");
+      const bool bev_ok = model->replay_bev_stage(/*with_history=*/true);
+      profiler.signpost("bev_end");
+      backend.attach(nullptr);
+      if (!image_ok || !bev_ok) throw Error(ErrorKind::kInternal, "bench: the stages are not recorded");
+      r.stages = stages_of(profiler, profiler.ranges("image"), profiler.ranges("bev"));
+    }
+    for (const BenchStage& s : r.stages) {
+      r.stage_sum_ms += s.ms;
+      r.gflop_per_frame += s.gflop;
+    }
+    r.achieved_gflops = r.gflop_per_frame / (r.median_ms * 1e-3);
+    double backbone_gflop = 0;
+    for (const BenchStage& s : r.stages) {
+      if (s.name == "img.stem" || s.name.rfind("img.layer", 0) == 0) {
+        r.backbone_ms += s.ms;
+        backbone_gflop += s.gflop;
+      }
+    }
+    r.backbone_gflops = r.backbone_ms > 0 ? backbone_gflop / (r.backbone_ms * 1e-3) : 0;
+  }
+  if (o.measure_peak) {
+    log_info("bench: measuring this machine's ", o.precision, " matmul peak");
+    r.peak_gflops = cpu::measure_peak_gflops(precision);
+    if (r.gflop_per_frame > 0) {
+      r.floor_ms = r.gflop_per_frame / r.peak_gflops * 1e3;
+      r.percent_of_floor = 100 * r.floor_ms / r.median_ms;
+    }
+    for (BenchStage& s : r.stages) s.percent_of_peak = 100 * s.gflops / r.peak_gflops;
+  }
+  return r;
+}
+
+std::string bench_json(const BenchReport& r) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const BenchStage& s : r.stages) {
+    stages.push_back({{"name", s.name},
+                      {"group", s.group},
+                      {"ms", s.ms},
+                      {"percent", s.percent},
+                      {"gflop", s.gflop},
+                      {"gflops", s.gflops},
+                      {"percent_of_peak", s.percent_of_peak}});
+  }
+  const nlohmann::json j = {{"config", r.config},
+                            {"weights", r.weights},
+                            {"precision", r.precision},
+                            {"device", r.device},
+                            {"threads", r.threads},
+                            {"mode", r.mode},
+                            {"frames", r.frames},
+                            {"warmup", r.warmup},
+                            {"first_frame_ms", r.first_frame_ms},
+                            {"frame_ms", r.frame_ms},
+                            {"median_ms", r.median_ms},
+                            {"p90_ms", r.p90_ms},
+                            {"mean_ms", r.mean_ms},
+                            {"min_ms", r.min_ms},
+                            {"max_ms", r.max_ms},
+                            {"fps", r.fps},
+                            {"parts_ms",
+                             {{"geometry", r.geometry_ms}, {"image", r.image_ms}, {"bev", r.bev_ms}, {"decode", r.decode_ms}}},
+                            {"stages", stages},
+                            {"stage_sum_ms", r.stage_sum_ms},
+                            {"gflop_per_frame", r.gflop_per_frame},
+                            {"backbone_ms", r.backbone_ms},
+                            {"backbone_gflops", r.backbone_gflops},
+                            {"achieved_gflops", r.achieved_gflops},
+                            {"peak_gflops", r.peak_gflops},
+                            {"floor_ms", r.floor_ms},
+                            {"percent_of_floor", r.percent_of_floor},
+                            {"peak_rss_mb", r.peak_rss_mb},
+                            {"weight_mb", r.weight_mb}};
+  return j.dump(1) + "\n";
+}
+
+std::string format_bench(const BenchReport& r) {
+  std::string out;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "bench: %s, weights %s, %s, %s, %s\n", r.config.c_str(), r.weights.c_str(),
+                r.precision.c_str(), r.mode.c_str(), r.device.c_str());
+  out += buf;
+  std::snprintf(buf, sizeof buf,
+                "frame: median %.1f ms, p90 %.1f ms (min %.1f, max %.1f) over %d frames after %d warm-up; %.2f frames/s\n",
+                r.median_ms, r.p90_ms, r.min_ms, r.max_ms, r.frames, r.warmup, r.fps);
+  out += buf;
+  std::snprintf(buf, sizeof buf, "parts (medians): geometry %.2f ms, image %.1f ms, bev %.1f ms, decode %.2f ms; first frame %.0f ms (records the plans)\n",
+                r.geometry_ms, r.image_ms, r.bev_ms, r.decode_ms, r.first_frame_ms);
+  out += buf;
+  if (r.gflop_per_frame > 0) {
+    std::snprintf(buf, sizeof buf, "%.1f GFLOP per frame, %.0f GFLOP/s achieved", r.gflop_per_frame, r.achieved_gflops);
+    out += buf;
+    if (r.peak_gflops > 0) {
+      std::snprintf(buf, sizeof buf, "; measured peak %.0f GFLOP/s, floor %.0f ms = %.0f%% of the median frame",
+                    r.peak_gflops, r.floor_ms, r.percent_of_floor);
+      out += buf;
+    }
+    out += "\n";
+    std::snprintf(buf, sizeof buf, "backbone (img.stem .. img.layer4): %.1f ms at %.0f GFLOP/s", r.backbone_ms,
+                  r.backbone_gflops);
+    out += buf;
+    if (r.peak_gflops > 0) {
+      std::snprintf(buf, sizeof buf, " = %.0f%% of peak", 100 * r.backbone_gflops / r.peak_gflops);
+      out += buf;
+    }
+    out += "\n";
+  }
+  if (!r.stages.empty()) {
+    out += "stages (profiled frame, op time):\n";
+    for (const BenchStage& s : r.stages) {
+      std::snprintf(buf, sizeof buf, "  %-16s %-5s %9.2f ms %5.1f%% %8.1f GFLOP/s", s.name.c_str(), s.group.c_str(), s.ms,
+                    s.percent, s.gflops);
+      out += buf;
+      if (r.peak_gflops > 0) {
+        std::snprintf(buf, sizeof buf, " %4.0f%% of peak", s.percent_of_peak);
+        out += buf;
+      }
+      out += "\n";
+    }
+  }
+  std::snprintf(buf, sizeof buf, "peak RSS %.0f MiB (weights %.0f MiB)\n", r.peak_rss_mb, r.weight_mb);
+  out += buf;
+  return out;
+}
+
+}  // namespace bev
