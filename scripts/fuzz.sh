@@ -10,8 +10,22 @@ trap 'rm -rf "$work"' EXIT
 artifacts="$dir/fuzz-artifacts"  # crash reproducers outlive the run
 mkdir -p "$artifacts"
 "$dir/bin/fuzz_make_seeds" "$work/seeds"
+# fuzz_server_request: "Content-Type\n" + body; a frame with a 2x2 PNG inline, and as multipart.
+png=iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAEElEQVR4nGMQUDAAIgYIBQAKDgGBVjPu8wAAAABJRU5ErkJggg==
+frame='"stream":"s","timestamp":1.5,"T_world_from_ego":[[1,0,0,0],[0,1,0,0],[0,0,1,0],[0,0,0,1]]'
+cam='"name":"CAM_FRONT","K":[[1,0,1],[0,1,1],[0,0,1]],"T_ego_from_cam":[[1,0,0,0],[0,1,0,0],[0,0,1,0],[0,0,0,1]]'
+mkdir -p "$work/seeds/fuzz_server_request"
+printf 'application/json\n{%s,"cameras":[{%s,"image":{"base64":"%s"}}]}' "$frame" "$cam" "$png" \
+  >"$work/seeds/fuzz_server_request/json"
+{
+  printf 'multipart/form-data; boundary=B\n--B\r\nContent-Disposition: form-data; name="frame"\r\n'
+  printf 'Content-Type: application/json\r\n\r\n{%s,"cameras":[{%s,"image":"c0"}]}\r\n' "$frame" "$cam"
+  printf -- '--B\r\nContent-Disposition: form-data; name="c0"; filename="c0.png"\r\n\r\n'
+  echo -n "$png" | base64 -d
+  printf '\r\n--B--\r\n'
+} >"$work/seeds/fuzz_server_request/multipart"
 fail=0
-for target in fuzz_pth fuzz_safetensors fuzz_pickle fuzz_frame_json; do
+for target in fuzz_pth fuzz_safetensors fuzz_pickle fuzz_frame_json fuzz_server_request; do
   mkdir -p "$work/$target"
   cp "$work/seeds/$target"/* "$work/$target/"
   if "$dir/bin/$target" "$work/$target" -max_total_time="$seconds" -max_len=65536 -timeout=10 \

@@ -8,6 +8,7 @@ PACKAGES=(
   clang libclang-rt-14-dev lld          # libFuzzer targets and sanitizer runtimes
   zlib1g-dev                            # CRC-32 of checkpoint archive entries
   nlohmann-json3-dev libcli11-dev
+  libcpp-httplib-dev wrk                # the HTTP server (cpp-httplib) and load tools
   libdnnl-dev ocl-icd-opencl-dev        # oneDNN 2.6 (its CMake config needs the OpenCL headers)
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev  # image decode, resize, drawing
   libgtest-dev libgmock-dev libbenchmark-dev

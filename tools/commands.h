@@ -18,6 +18,8 @@ Runner add_detect(CLI::App& app);
 Runner add_describe(CLI::App& app);
 Runner add_random_weights(CLI::App& app);
 Runner add_profile(CLI::App& app);
+Runner add_bench(CLI::App& app);
+Runner add_serve(CLI::App& app);
 
 // Maps an exception escaping a command to a message on stderr and an exit code.
 int report_exception();

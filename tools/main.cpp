@@ -44,6 +44,8 @@ int main(int argc, char** argv) {
   add(&bev::cli::add_describe);
   add(&bev::cli::add_random_weights);
   add(&bev::cli::add_profile);
+  add(&bev::cli::add_bench);
+  add(&bev::cli::add_serve);
 
   try {
     app.parse(argc, argv);

@@ -7,9 +7,11 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace bev {
@@ -49,6 +51,9 @@ struct Detections {
   std::string sample_token;     // the frame's "token" ("" when it has none)
   std::string nuscenes_json;    // this frame's boxes for results_nusc.json (a JSON array; "" without a pose or token)
   double seconds = 0;           // wall time of the frame (prepare + model)
+  // Its parts (seconds): parsing the JSON and decoding/resizing the images; the host geometry;
+  // the `image` and `bev` stages; decoding the boxes and writing the JSON.
+  double prepare_seconds = 0, geometry_seconds = 0, image_seconds = 0, bev_seconds = 0, output_seconds = 0;
 };
 
 struct DetectOptions {
@@ -65,6 +70,18 @@ struct StreamStatus {
   bool has_history = false;
   bool busy = false;
 };
+
+// Totals of the stream registry since the model was loaded (the server's metrics).
+struct StreamTotals {
+  size_t active = 0;
+  uint64_t created = 0, evicted_lru = 0, evicted_ttl = 0, dropped = 0;
+  uint64_t resets_gap = 0, resets_backwards = 0;
+};
+
+// Camera images sent beside a frame instead of as files (an HTTP multipart body): a camera whose
+// "image" is a string names an entry here. The bytes (JPEG or PNG) belong to the caller and are
+// only read during the call.
+using AttachedImages = std::map<std::string, std::string_view, std::less<>>;
 
 // results_nusc.json (the nuScenes detection submission) for frames detected with a sample token
 // and an ego pose; throws Error(kInvalidInput) naming a frame without them, or a token seen twice.
@@ -85,9 +102,14 @@ class Model {
   // A frame JSON document; relative image paths resolve against base_dir.
   Detections detect(const std::string& frame_json, const std::string& base_dir, const DetectOptions& options = {});
   Detections detect_file(const std::string& frame_json_path, const DetectOptions& options = {});
+  // A frame JSON document whose string "image" fields name entries of `images` (never files:
+  // nothing is read from disk). Inline base64 images work as usually. A name with no entry, or
+  // an entry no camera names, is Error(kInvalidInput).
+  Detections detect(const std::string& frame_json, const AttachedImages& images, const DetectOptions& options = {});
 
   std::vector<StreamStatus> streams() const;
   bool drop_stream(const std::string& id);
+  StreamTotals stream_totals() const;
 
   bool untrained() const;
   // The recorded stages: per stage its ops (stage, name, shapes), where each output lives in the
@@ -100,7 +122,7 @@ class Model {
  private:
   Model();
   Detections detect_text(const std::string& text, const std::string& base_dir, const std::string& where,
-                         const DetectOptions& options);
+                         const DetectOptions& options, const AttachedImages* images = nullptr);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
 
 #include "backend/backend.h"
 #include "bevformer/error.h"
@@ -31,6 +32,7 @@ struct Model::Impl {
   std::unique_ptr<BevFormer> model;
   std::unique_ptr<StreamRegistry> streams;
   std::unique_ptr<ThreadPool> prepare_pool;  // image decoding and preprocessing
+  std::mutex prepare_pool_mu;                // the pool takes one caller at a time
   uint64_t weight_bytes = 0;                 // the checkpoint's tensors
 };
 
@@ -155,14 +157,59 @@ Detections Model::detect(const std::string& frame_json, const std::string& base_
   return detect_text(frame_json, base_dir, "frame", options);
 }
 
+Detections Model::detect(const std::string& frame_json, const AttachedImages& images, const DetectOptions& options) {
+  return detect_text(frame_json, "", "frame", options, &images);
+}
+
+namespace {
+
+// Fills the cameras' images from `images` by the names their "image" fields give.
+void attach_images(FrameSpec& spec, const AttachedImages& images, const std::string& where) {
+  std::set<std::string_view> used;
+  for (size_t i = 0; i < spec.cameras.size(); ++i) {
+    CameraSpec& cam = spec.cameras[i];
+    if (cam.image_path.empty()) continue;  // inline base64
+    const auto it = images.find(cam.image_path);
+    if (it == images.end()) {
+      throw Error(ErrorKind::kInvalidInput, "names the image '" + cam.image_path + "' but no such image was attached")
+          .where(where + ": cameras[" + std::to_string(i) + "].image")
+          .expected("one of the attached images (names: the multipart part names)");
+    }
+    cam.image_bytes.assign(it->second.begin(), it->second.end());
+    cam.image_path.clear();
+    used.insert(it->first);
+  }
+  for (const auto& [name, bytes] : images) {
+    if (!used.count(name)) {
+      throw Error(ErrorKind::kInvalidInput, "the attached image '" + name + "' is named by no camera")
+          .where(where)
+          .expected("each attached image named by a camera's \"image\"");
+    }
+  }
+}
+
+}  // namespace
+
 Detections Model::detect_text(const std::string& text, const std::string& base_dir, const std::string& where,
-                              const DetectOptions& options) {
+                              const DetectOptions& options, const AttachedImages* images) {
   Impl& s = *impl_;
   const auto t0 = std::chrono::steady_clock::now();
-  const FrameSpec spec = parse_frame_json(text, where);
-  const PreparedFrame frame = prepare_frame(spec, s.cfg, base_dir, s.prepare_pool.get());
+  FrameSpec spec = parse_frame_json(text, where);
+  if (images) attach_images(spec, *images, where);
+  PreparedFrame frame;
+  {
+    // ThreadPool::parallel_for is not for concurrent callers (frames of several streams at once
+    // deadlock it): a frame that finds the pool taken decodes its images on its own thread, so
+    // concurrent frames still overlap their preparation.
+    std::unique_lock pool_lock(s.prepare_pool_mu, std::try_to_lock);
+    frame = prepare_frame(spec, s.cfg, base_dir, pool_lock.owns_lock() ? s.prepare_pool.get() : nullptr);
+  }
+  const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
 
   Detections d;
+  d.prepare_seconds = seconds_since(t0);
   d.stream = frame.stream;
   d.timestamp = frame.timestamp;
   d.scene = frame.input.scene_token;
@@ -180,6 +227,10 @@ Detections Model::detect_text(const std::string& text, const std::string& base_d
     out = s.model->forward(frame.input, lease.history(), options.dump_dir.empty() ? nullptr : &taps);
     lease.end_frame(frame.timestamp);
   }
+  const auto t_output = std::chrono::steady_clock::now();
+  d.geometry_seconds = out.geometry_seconds;
+  d.image_seconds = out.image_seconds;
+  d.bev_seconds = out.bev_seconds;
   d.used_history = out.used_history;
   for (const Detection& det : out.detections) d.boxes.push_back(to_box(det, s.cfg.class_names));
 
@@ -202,6 +253,7 @@ Detections Model::detect_text(const std::string& text, const std::string& base_d
     d.sample_token = *spec.token;
     d.nuscenes_json = nusc.to_json()["results"][*spec.token].dump();
   }
+  d.output_seconds = out.decode_seconds + seconds_since(t_output);
 
   if (!options.dump_dir.empty()) {
     std::filesystem::create_directories(options.dump_dir);
@@ -228,7 +280,7 @@ Detections Model::detect_text(const std::string& text, const std::string& base_d
     render_frame_to_file(r, options.render_png);
     log_info("render: ", options.render_png);
   }
-  d.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  d.seconds = seconds_since(t0);
   return d;
 }
 
@@ -241,6 +293,11 @@ std::vector<StreamStatus> Model::streams() const {
 }
 
 bool Model::drop_stream(const std::string& id) { return impl_->streams->drop(id); }
+
+StreamTotals Model::stream_totals() const {
+  const StreamStats st = impl_->streams->stats();
+  return {st.active, st.created, st.evicted_lru, st.evicted_ttl, st.dropped, st.resets_gap, st.resets_backwards};
+}
 
 bool Model::untrained() const { return impl_->untrained; }
 

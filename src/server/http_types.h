@@ -1,0 +1,26 @@
+// The server's view of one HTTP exchange, independent of the socket library: the HTTP layer
+// (http_server.cpp) fills an HttpRequest and writes back an HttpResponse, so routing, parsing
+// and error mapping (service.h) run — and are tested and fuzzed — without sockets.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace bev::server {
+
+struct HttpRequest {
+  std::string method;        // "GET", "POST", "DELETE", ...
+  std::string path;          // without the query string
+  std::string content_type;  // the Content-Type header as sent ("" when absent)
+  std::string body;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra headers (Retry-After, ...)
+};
+
+}  // namespace bev::server

@@ -1,0 +1,70 @@
+// The HTTP API without sockets: routes a request, parses and validates it, runs frames through
+// the scheduler and the model, and maps every failure to a status with a JSON error body. The
+// HTTP layer (http_server.h) only moves bytes; tests and the fuzz target call handle() directly.
+//
+//   POST   /v1/streams/{id}/frames   a frame (JSON with base64 images, or multipart) -> detections
+//   GET    /v1/streams               the streams with history
+//   DELETE /v1/streams/{id}          forget a stream's history (404 when unknown)
+//   GET    /v1/model                 config, weights, backend, knobs, classes
+//   GET    /healthz                  200 while serving, 503 once shutting down
+//   GET    /metrics                  Prometheus text
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "bevformer/model.h"
+#include "server/frame_request.h"
+#include "server/http_types.h"
+#include "server/metrics.h"
+#include "server/scheduler.h"
+
+namespace bev::server {
+
+struct ServiceOptions {
+  size_t workers = 2;                    // frames in flight at once (different streams)
+  size_t queue_capacity = 32;            // frames waiting for a worker; past it: 429
+  double request_timeout_seconds = 30;   // queue wait + run; past it: 504
+  size_t max_body_bytes = 64u << 20;     // past it: 413
+  RequestLimits limits;
+  nlohmann::json model_info = nlohmann::json::object();  // config, weights, backend, knobs (shown by /v1/model)
+};
+
+class Service {
+ public:
+  Service(Model& model, ServiceOptions options);
+  ~Service();  // finish()
+
+  // Never throws; every failure is a 4xx/5xx response with {"error": {"kind", "message"}}.
+  HttpResponse handle(HttpRequest request);
+
+  // New frames get 503 from now on (health too); frames already accepted still run.
+  void begin_shutdown();
+  // Runs every accepted frame to its end and stops the workers.
+  void finish();
+
+  Metrics& metrics() { return metrics_; }
+  const ServiceOptions& options() const { return options_; }
+
+ private:
+  HttpResponse route(HttpRequest& request, std::string& route_name);
+  HttpResponse post_frame(const std::string& stream, HttpRequest& request);
+  HttpResponse run_frame(const FrameRequest& frame, double queued_at);
+  HttpResponse get_streams() const;
+  HttpResponse delete_stream(const std::string& stream);
+  HttpResponse get_model() const;
+  HttpResponse get_metrics();
+
+  Model& model_;
+  const ServiceOptions options_;
+  Metrics metrics_;
+  Scheduler scheduler_;
+  std::atomic<bool> shutting_down_{false};
+  std::atomic<uint64_t> timeouts_{0};
+};
+
+}  // namespace bev::server

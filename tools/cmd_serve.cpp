@@ -1,0 +1,126 @@
+// bevformer serve [--weights W] [--config C] [--host H] [--port P] [--workers N] [--queue N]
+// [--timeout S] [--max-body-mb N] [--max-cameras N] [--threads N] [--precision f32|bf16]
+// [--max-streams N] [--stream-ttl S]: the HTTP API of docs/API.md. SIGTERM or SIGINT stops it
+// gracefully: new frames get 503, accepted ones finish, then it exits 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "bevformer/model.h"
+#include "commands.h"
+#include "server/http_server.h"
+#include "server/service.h"
+
+namespace bev::cli {
+namespace {
+
+struct ServeArgs {
+  std::string weights;
+  std::string config = "tiny";
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  size_t workers = 2;
+  size_t queue = 32;
+  double timeout = 30;
+  size_t max_body_mb = 64;
+  size_t max_cameras = 12;
+  size_t http_threads = 64;
+  int threads = 0;
+  std::string precision = "f32";
+  size_t max_streams = 64;
+  double stream_ttl = 600;
+};
+
+int run(const ServeArgs& a) {
+  // Signals are taken by one thread with sigwait: block them before any other thread starts, so
+  // the library's and httplib's threads inherit the mask and never run a handler.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGUSR2);  // our wake-up call, below
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  Knobs knobs;
+  knobs.threads = a.threads;
+  knobs.precision = a.precision;
+  knobs.max_streams = a.max_streams;
+  knobs.stream_ttl_seconds = a.stream_ttl;
+  if (a.weights.empty()) {
+    std::fprintf(stderr, "serve: no --weights: seeded random weights (seed %llu), UNTRAINED: detections are meaningless\n",
+                 static_cast<unsigned long long>(knobs.seed));
+  }
+  const std::unique_ptr<Model> model = Model::load(a.config, a.weights, knobs);
+
+  server::ServiceOptions so;
+  so.workers = a.workers;
+  so.queue_capacity = a.queue;
+  so.request_timeout_seconds = a.timeout;
+  so.max_body_bytes = a.max_body_mb << 20;
+  so.limits.max_cameras = a.max_cameras;
+  so.model_info = {{"config", a.config},
+                   {"weights", a.weights.empty() ? "random (seed " + std::to_string(knobs.seed) + ")" : a.weights},
+                   {"backend", "cpu"},
+                   {"knobs",
+                    {{"threads", knobs.threads},
+                     {"precision", knobs.precision},
+                     {"max_streams", knobs.max_streams},
+                     {"stream_ttl_seconds", knobs.stream_ttl_seconds},
+                     {"max_gap_seconds", knobs.max_gap_seconds},
+                     {"replay", knobs.replay}}}};
+  server::Service service(*model, so);
+  server::HttpOptions ho;
+  ho.host = a.host;
+  ho.port = a.port;
+  ho.threads = a.http_threads;
+  server::HttpServer http(service, ho);
+  const int port = http.bind();
+  // Scripts and tests read the port from this line (--port 0 picks a free one).
+  std::printf("listening on http://%s:%d\n", a.host.c_str(), port);
+  std::fflush(stdout);
+
+  std::thread signals([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    if (sig == SIGUSR2) return;  // our own wake-up after run() ended for another reason
+    std::fprintf(stderr, "serve: %s: finishing accepted frames, refusing new ones\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    http.shutdown();
+  });
+  http.run();
+  // run() also ends when the listening socket fails; wake the signal thread then.
+  pthread_kill(signals.native_handle(), SIGUSR2);
+  signals.join();
+  service.finish();
+  std::fprintf(stderr, "serve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+Runner add_serve(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* sub = app.add_subcommand("serve", "Serve the HTTP API (docs/API.md): frames in, detections out, per stream");
+  sub->add_option("--weights", a->weights, "Checkpoint (.pth or .safetensors); without it a seeded UNTRAINED model runs");
+  sub->add_option("--config", a->config, "tiny | small | base | upstream-style config JSON")->capture_default_str();
+  sub->add_option("--host", a->host, "Address to listen on")->capture_default_str();
+  sub->add_option("--port", a->port, "Port (0: any free port, printed at start)")->capture_default_str()->check(CLI::Range(0, 65535));
+  sub->add_option("--workers", a->workers, "Frames of different streams processed at once")->capture_default_str()->check(CLI::Range(1, 256));
+  sub->add_option("--queue", a->queue, "Frames that may wait for a worker; past it requests get 429")->capture_default_str();
+  sub->add_option("--timeout", a->timeout, "Seconds a frame request may take (queue + run); past it 504")->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--max-body-mb", a->max_body_mb, "Largest request body (MiB); past it 413")->capture_default_str()->check(CLI::Range(1, 4096));
+  sub->add_option("--max-cameras", a->max_cameras, "Most cameras per frame")->capture_default_str();
+  sub->add_option("--http-threads", a->http_threads, "Connections served at once")->capture_default_str()->check(CLI::Range(1, 4096));
+  sub->add_option("--threads", a->threads, "CPU threads for the kernels (0: one per hardware thread)")->capture_default_str();
+  sub->add_option("--precision", a->precision, "f32 | bf16")->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
+  sub->add_option("--max-streams", a->max_streams, "Streams kept; past it the least recently used is evicted")->capture_default_str();
+  sub->add_option("--stream-ttl", a->stream_ttl, "Seconds an idle stream is kept")->capture_default_str();
+  return [a]() { return run(*a); };
+}
+
+}  // namespace bev::cli
