@@ -20,12 +20,6 @@
 namespace bev {
 namespace {
 
-Precision precision_of(const std::string& p) {
-  if (p == "f32") return Precision::kF32;
-  if (p == "bf16") return Precision::kBF16;
-  throw Error(ErrorKind::kInvalidInput, "precision '" + p + "'").where("bench options").expected("f32 or bf16");
-}
-
 // The q-quantile with linear interpolation between order statistics (numpy's default, as the
 // PyTorch reference's timing script reports it, so the two are comparable).
 double quantile(std::vector<double> v, double q) {
@@ -75,7 +69,7 @@ BenchReport run_bench(const BenchOptions& o) {
     throw Error(ErrorKind::kInvalidInput, "--warmup " + std::to_string(o.warmup))
         .expected("at least 2 (the first frame records the plans, the second is the first with history)");
   }
-  const Precision precision = precision_of(o.precision);
+  const Precision precision = parse_precision(o.precision, "bench options");
   const ModelConfig cfg = load_config(o.config);
 
   BenchReport r;

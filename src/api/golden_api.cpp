@@ -151,12 +151,9 @@ GoldenReport run_golden(const std::string& dir, const GoldenOptions& options) {
   const ModelConfig cfg = load_config(set.config_path);
   log_info("golden: loading ", set.checkpoint_path);
   std::unique_ptr<BevFormer> model;
-  if (options.precision != "f32" && options.precision != "bf16") {
-    throw Error(ErrorKind::kInvalidInput, "precision '" + options.precision + "'").where("golden options").expected("f32 or bf16");
-  }
+  const Precision precision = parse_precision(options.precision, "golden options");
   report.precision = options.precision;
-  std::unique_ptr<Backend> backend =
-      make_cpu_backend(options.threads, options.precision == "bf16" ? Precision::kBF16 : Precision::kF32);
+  std::unique_ptr<Backend> backend = make_cpu_backend(options.threads, precision);
   {
     const Checkpoint checkpoint = load_checkpoint(set.checkpoint_path);
     model = std::make_unique<BevFormer>(cfg, checkpoint, *backend, /*replay=*/!options.eager);

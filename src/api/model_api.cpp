@@ -38,12 +38,6 @@ struct Model::Impl {
 
 namespace {
 
-Precision parse_precision(const std::string& p) {
-  if (p == "f32") return Precision::kF32;
-  if (p == "bf16") return Precision::kBF16;
-  throw Error(ErrorKind::kInvalidInput, "precision '" + p + "'").where("knobs").expected("f32 or bf16");
-}
-
 Box to_box(const Detection& d, const std::vector<std::string>& names) {
   Box b;
   b.center = {d.box[0], d.box[1], d.box[2]};
@@ -135,7 +129,7 @@ std::unique_ptr<Model> Model::load(const std::string& config, const std::string&
     ck = load_checkpoint(weights);
     s.weights_name = weights;
   }
-  s.backend = make_cpu_backend(knobs.threads, parse_precision(knobs.precision));
+  s.backend = make_cpu_backend(knobs.threads, parse_precision(knobs.precision, "knobs"));
   s.model = std::make_unique<BevFormer>(s.cfg, ck, *s.backend, knobs.replay);
   for (const auto& [name, t] : ck.tensors()) s.weight_bytes += t.nbytes();
   s.streams = std::make_unique<StreamRegistry>(StreamLimits{knobs.max_streams, knobs.stream_ttl_seconds, knobs.max_gap_seconds});

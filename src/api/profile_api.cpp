@@ -20,12 +20,6 @@
 namespace bev {
 namespace {
 
-Precision precision_of(const std::string& p) {
-  if (p == "f32") return Precision::kF32;
-  if (p == "bf16") return Precision::kBF16;
-  throw Error(ErrorKind::kInvalidInput, "precision '" + p + "'").where("profile options").expected("f32 or bf16");
-}
-
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -54,7 +48,7 @@ ProfileReport run_profile(const ProfileOptions& o) {
   if (o.rounds < 1) {
     throw Error(ErrorKind::kInvalidInput, "--rounds " + std::to_string(o.rounds)).expected("at least 1");
   }
-  const Precision precision = precision_of(o.precision);
+  const Precision precision = parse_precision(o.precision, "profile options");
   if (!o.out_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.out_dir, ec);

@@ -60,6 +60,8 @@ const char* op_name(OpKind kind);
 
 enum class Precision : uint8_t { kF32, kBF16 };
 const char* precision_name(Precision p);
+// "f32" | "bf16" -> Precision; anything else throws Error(kInvalidInput) naming `where`.
+Precision parse_precision(const std::string& name, const std::string& where);
 
 // ---- attributes, one struct per op that has any ----
 

@@ -51,6 +51,12 @@ const char* op_name(OpKind kind) { return kOpNames[static_cast<size_t>(kind)]; }
 
 const char* precision_name(Precision p) { return p == Precision::kF32 ? "f32" : "bf16"; }
 
+Precision parse_precision(const std::string& name, const std::string& where) {
+  if (name == "f32") return Precision::kF32;
+  if (name == "bf16") return Precision::kBF16;
+  throw Error(ErrorKind::kInvalidInput, "precision '" + name + "'").where(where).expected("f32 or bf16");
+}
+
 // ---- weights ----
 
 PreparedWeights Ops::prepare(OpKind kind, OpAttrs attrs, const Tensor& weight, const Tensor* bias) {
