@@ -179,23 +179,48 @@ TEST_P(Conv2dBothPrecisions, ResidualRelu) {
   // ResNet bottleneck conv3: y = relu(conv1x1(x) + b + identity).
   check_case("1x1 +res relu", {2, 7, 9, 16}, {64, 16, 1, 1}, true, attrs(1, 0, 1, 1, true, true), GetParam(), 80);
   check_case("3x3 +res relu odd", {1, 5, 3, 17}, {5, 17, 3, 3}, false, attrs(1, 1, 1, 1, true, true), GetParam(), 81);
+  // Wide outputs: the 1x1 runs in pixel chunks (512 px at 2048 channels: 851 = 512 + a 339 tail).
+  check_case("1x1 +res relu chunks", {1, 23, 37, 13}, {2048, 13, 1, 1}, true, attrs(1, 0, 1, 1, true, true), GetParam(),
+             82);
+  check_case("1x1 +res chunks no relu", {3, 7, 5, 9}, {1500, 9, 1, 1}, false, attrs(1, 0, 1, 1, false, true), GetParam(),
+             83);
+}
+
+TEST_P(Conv2dBothPrecisions, OneByOneResidualRunsInPixelChunks) {
+  const Tensor w = random_tensor({2048, 13, 1, 1}, 84);
+  EXPECT_NE(Conv2d(w, nullptr, attrs(1, 0, 1, 1, true, true), GetParam()).impl_name({1, 23, 37, 13}).find("chunks of 512"),
+            std::string::npos);
+  // Without a residual, or not a pixel GEMM (stride 2), it stays one conv.
+  EXPECT_EQ(Conv2d(w, nullptr, attrs(1, 0, 1, 1, true, false), GetParam()).impl_name({1, 23, 37, 13}).find("chunks"),
+            std::string::npos);
+  EXPECT_EQ(Conv2d(w, nullptr, attrs(2, 0, 1, 1, true, true), GetParam()).impl_name({1, 23, 37, 13}).find("chunks"),
+            std::string::npos);
 }
 
 TEST_P(Conv2dBothPrecisions, ResidualInPlace) {
-  // Residual given as y itself (sum post-op path): same result as from a separate tensor.
-  const Conv2dAttrs a = attrs(1, 0, 1, 1, true, true);
-  const Tensor x = random_tensor({2, 6, 5, 24}, 90);
-  const Tensor w = random_tensor({40, 24, 1, 1}, 91, -0.2f, 0.2f);
-  const Tensor b = random_tensor({40}, 92);
-  const Conv2d conv(w, &b, a, GetParam());
-  const Tensor res = random_tensor({2, 6, 5, 40}, 93);
-  Tensor y1 = Tensor::empty(res.shape(), DType::kF32);
-  conv.run(x, &res, y1);
-  Tensor y2 = res.clone();
-  conv.run(x, &y2, y2);
-  const Ref ref = reference(x, w, &b, a, &res);
-  EXPECT_LE(compare(y1, ref).max_rel_to_mag, bound(GetParam(), 24));
-  EXPECT_LE(compare(y2, ref).max_rel_to_mag, bound(GetParam(), 24));
+  // Residual given as y itself: the same result as from a separate tensor, bit for bit; a 3x3
+  // (sum post-op), a 1x1 in one pixel chunk and a 1x1 in chunks with a tail (binary add).
+  struct Case {
+    Shape x, w;
+    int pad;
+  };
+  for (const Case& c : {Case{{2, 6, 5, 24}, {40, 24, 3, 3}, 1}, Case{{2, 6, 5, 24}, {40, 24, 1, 1}, 0},
+                        Case{{2, 11, 13, 24}, {1100, 24, 1, 1}, 0}}) {
+    SCOPED_TRACE(shape_str(c.w));
+    const Conv2dAttrs a = attrs(1, c.pad, 1, 1, true, true);
+    const Tensor x = random_tensor(c.x, 90);
+    const Tensor w = random_tensor(c.w, 91, -0.2f, 0.2f);
+    const Tensor b = random_tensor({c.w[0]}, 92);
+    const Conv2d conv(w, &b, a, GetParam());
+    const Tensor res = random_tensor({c.x[0], c.x[1], c.x[2], c.w[0]}, 93);
+    Tensor y1 = Tensor::empty(res.shape(), DType::kF32);
+    conv.run(x, &res, y1);
+    Tensor y2 = res.clone();
+    conv.run(x, &y2, y2);
+    const Ref ref = reference(x, w, &b, a, &res);
+    EXPECT_LE(compare(y1, ref).max_rel_to_mag, bound(GetParam(), c.w[1] * c.w[2] * c.w[3]));
+    EXPECT_EQ(0, std::memcmp(y1.raw_data(), y2.raw_data(), y1.nbytes()));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Precision, Conv2dBothPrecisions, ::testing::Values(Precision::kF32, Precision::kBF16),
@@ -282,43 +307,51 @@ TEST(Conv2d, FoldBatchNormMatchesConvThenBatchNorm) {
 // grid give bit-identical results whether they arrive as f32 (rounded inside) or bf16; a bf16
 // output is the f32 one rounded once more (2^-8 relative at most, asserted against the reference).
 TEST(Conv2d, Bf16ActivationsInAndOut) {
-  const Conv2dAttrs a = attrs(1, 1, 1, 1, true, true);
-  const float ws = static_cast<float>(1.0 / std::sqrt(19.0 * 9.0));
-  const Tensor w = random_tensor({33, 19, 3, 3}, 140, -ws, ws);
-  const Tensor b = random_tensor({33}, 141);
-  const Conv2d conv(w, &b, a, Precision::kBF16);
-  const Tensor x16 = random_tensor({2, 7, 5, 19}, 142).to(DType::kBF16);
-  const Tensor x = x16.to(DType::kF32);  // the same values, on the bf16 grid, in f32
-  const Tensor res16 = random_tensor({2, 7, 5, 33}, 143).to(DType::kBF16);
-  const Tensor res = res16.to(DType::kF32);
-  const Ref ref = reference(x, w, &b, a, &res);
+  // A 3x3 (one conv, sum post-op) and a wide 1x1 (pixel chunks + binary add, with a tail).
+  for (const auto& [k, oc] : {std::pair<int64_t, int64_t>{3, 33}, std::pair<int64_t, int64_t>{1, 1100}}) {
+    SCOPED_TRACE("kernel " + std::to_string(k) + ", " + std::to_string(oc) + " channels");
+    const int pad = static_cast<int>(k / 2);
+    const Conv2dAttrs a = attrs(1, pad, 1, 1, true, true);
+    const float ws = static_cast<float>(1.0 / std::sqrt(19.0 * static_cast<double>(k * k)));
+    const Tensor w = random_tensor({oc, 19, k, k}, 140, -ws, ws);
+    const Tensor b = random_tensor({oc}, 141);
+    const Conv2d conv(w, &b, a, Precision::kBF16);
+    const Tensor x16 = random_tensor({2, 17, 13, 19}, 142).to(DType::kBF16);
+    const Tensor x = x16.to(DType::kF32);  // the same values, on the bf16 grid, in f32
+    const Tensor res16 = random_tensor({2, 17, 13, oc}, 143).to(DType::kBF16);
+    const Tensor res = res16.to(DType::kF32);
+    const Ref ref = reference(x, w, &b, a, &res);
 
-  Tensor y = Tensor::empty({2, 7, 5, 33}, DType::kF32);
-  conv.run(x, &res, y);
-  for (const auto& [xi, ri] : {std::pair{&x16, &res}, std::pair{&x, &res16}, std::pair{&x16, &res16}}) {
-    Tensor y2 = Tensor::empty(y.shape(), DType::kF32);
-    conv.run(*xi, ri, y2);
-    EXPECT_EQ(0, std::memcmp(y.raw_data(), y2.raw_data(), y.nbytes()))
-        << "input " << xi->describe() << ", residual " << ri->describe();
-  }
-  const double limit = bound(Precision::kBF16, 19 * 9) + std::ldexp(1.0, -8);
-  for (const auto& [xi, ri] : {std::pair{&x, &res}, std::pair{&x16, &res16}}) {
+    Tensor y = Tensor::empty({2, 17, 13, oc}, DType::kF32);
+    conv.run(x, &res, y);
+    for (const auto& [xi, ri] : {std::pair{&x16, &res}, std::pair{&x, &res16}, std::pair{&x16, &res16}}) {
+      Tensor y2 = Tensor::empty(y.shape(), DType::kF32);
+      conv.run(*xi, ri, y2);
+      EXPECT_EQ(0, std::memcmp(y.raw_data(), y2.raw_data(), y.nbytes()))
+          << "input " << xi->describe() << ", residual " << ri->describe();
+    }
+    const double limit = bound(Precision::kBF16, 19 * k * k) + std::ldexp(1.0, -8);
+    for (const auto& [xi, ri] : {std::pair{&x, &res}, std::pair{&x16, &res16}}) {
+      Tensor y16 = Tensor::empty(y.shape(), DType::kBF16);
+      conv.run(*xi, ri, y16);
+      const Errors e = compare(y16.to(DType::kF32), ref);
+      std::printf("  bf16 output (input %s): max err/S %.3g (bound %.3g)\n", dtype_name(xi->dtype()), e.max_rel_to_mag,
+                  limit);
+      EXPECT_LE(e.max_rel_to_mag, limit);
+      EXPECT_GT(e.max_rel_to_mag, 0.0);  // it is rounded: a bf16 output equal to f32 would mean no bf16 at all
+      // The bf16 output is the f32 output rounded once (no intermediate rounding on the way).
+      EXPECT_EQ(0, std::memcmp(y16.raw_data(), y.to(DType::kBF16).raw_data(), y16.nbytes()));
+    }
+    // In place: the bf16 residual in the bf16 output itself.
+    Tensor yi = res16.clone();
+    conv.run(x16, &yi, yi);
+    EXPECT_LE(compare(yi.to(DType::kF32), ref).max_rel_to_mag, limit);
+    // f32 precision refuses bf16 activations.
+    const Conv2d conv32(w, &b, a, Precision::kF32);
+    EXPECT_THROW(conv32.run(x16, &res, y), Error);
     Tensor y16 = Tensor::empty(y.shape(), DType::kBF16);
-    conv.run(*xi, ri, y16);
-    const Errors e = compare(y16.to(DType::kF32), ref);
-    std::printf("  bf16 output (input %s): max err/S %.3g (bound %.3g)\n", dtype_name(xi->dtype()), e.max_rel_to_mag, limit);
-    EXPECT_LE(e.max_rel_to_mag, limit);
-    EXPECT_GT(e.max_rel_to_mag, 0.0);  // it is rounded: a bf16 output equal to f32 would mean no bf16 at all
+    EXPECT_THROW(conv32.run(x, &res, y16), Error);
   }
-  // In place: the bf16 residual in the bf16 output itself.
-  Tensor yi = res16.clone();
-  conv.run(x16, &yi, yi);
-  EXPECT_LE(compare(yi.to(DType::kF32), ref).max_rel_to_mag, limit);
-  // f32 precision refuses bf16 activations.
-  const Conv2d conv32(w, &b, a, Precision::kF32);
-  EXPECT_THROW(conv32.run(x16, &res, y), Error);
-  Tensor y16 = Tensor::empty(y.shape(), DType::kBF16);
-  EXPECT_THROW(conv32.run(x, &res, y16), Error);
 }
 
 TEST(Conv2d, RejectsMismatchesWithWhatWasExpected) {

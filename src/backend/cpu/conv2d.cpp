@@ -72,6 +72,24 @@ struct Conv2d::State {
     dnnl::reorder copy_residual;  // a separate residual tensor -> y (a parallel copy)
     // The run's tensors, bound to these before each run (made once: see cpu::bind).
     dnnl::memory src, dst, residual;
+
+    // A 1x1 stride-1 conv with a residual is a GEMM over pixels, and runs as one in chunks of
+    // pixels: conv + bias into a small f32 buffer that stays in cache, then a binary add of the
+    // residual (+ ReLU) into y. oneDNN 2.6's sum post-op costs more than the conv itself there:
+    // at ResNet-50's layer1 expand (6x120x200, 64 -> 256) bf16 plain 6.5 ms, sum 15.3 ms,
+    // chunks 9.2 ms; f32 13.8 / 23.0 / 20.2 ms (docs/PERF.md). The f32 buffer keeps the
+    // rounding of the fused form: acc + bias + residual, ReLU, then one rounding to y's dtype.
+    struct Piece {
+      int64_t pixels = 0;
+      dnnl::convolution_forward::primitive_desc pd;
+      dnnl::convolution_forward conv;
+      dnnl::binary add;
+      dnnl::memory weights, scratchpad, add_scratchpad;
+      dnnl::memory src, temp, residual, dst;  // unbound except temp (bound to the plan's buffer)
+      bool residual_first = true;             // binary's src0 is the residual (else the conv's output)
+    };
+    std::vector<Piece> pieces;  // empty: one conv with the sum post-op; else [chunk] or [chunk, tail]
+    dnnl::memory temp;          // f32 [chunk pixels, out_ch]
   };
   using Key = std::array<int64_t, 6>;  // N, H, W, and the dtypes of source, output, residual
   std::mutex mu;
@@ -112,40 +130,148 @@ struct Conv2d::State {
     return {d, attr, engine()};
   }
 
+  // The packed weights in the layout `want`, reordered from [0] the first time a kernel asks.
+  dnnl::memory weights_in(const dnnl::memory::desc& want) {
+    for (const Weights& cand : weights) {
+      if (cand.md == want) return cand.mem;
+    }
+    Weights extra{want, dnnl::memory(want, engine())};
+    dnnl::reorder(weights[0].mem, extra.mem).execute(stream(), weights[0].mem, extra.mem);
+    stream().wait();
+    weights.push_back(std::move(extra));
+    return weights.back().mem;
+  }
+
+  bool pixel_gemm() const {
+    return attrs.residual && groups() == 1 && kh == 1 && kw == 1 && attrs.stride_h == 1 && attrs.stride_w == 1 &&
+           attrs.pad_h == 0 && attrs.pad_w == 0;
+  }
+
+  // The conv over `pixels` pixels as a [1, C, 1, pixels] map, bias only (no post-ops).
+  dnnl::convolution_forward::primitive_desc make_pixel_pd(int64_t pixels) const {
+    const dnnl::memory::desc src_md({1, in_ch_per_group, 1, pixels}, src_dt(), tag::nhwc);
+    const dnnl::memory::desc dst_md({1, out_ch, 1, pixels}, dt::f32, tag::nhwc);
+    const dnnl::memory::desc bias_md = bias ? dnnl::memory::desc({out_ch}, dt::f32, tag::x) : dnnl::memory::desc();
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                      src_md, weights_any_md(), bias_md, dst_md, {1, 1}, {0, 0}, {0, 0}, {0, 0});
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return {d, attr, engine()};
+  }
+
+  // Pieces of `total` pixels for a residual in res_dt and an output in out_dt; empty when oneDNN
+  // has no fast binary add for these dtypes (the run then keeps the sum post-op).
+  std::vector<Plan::Piece> make_pieces(int64_t total, dt res_dt, dt out_dt, dnnl::memory& temp) {
+    // Measured at tiny's expand convs: 2-16 MiB all run within noise of each other (±15% on this
+    // shared machine); 1 MiB is slower. 4 MiB per plan keeps the buffers at 64 MiB for tiny.
+    constexpr int64_t kTempBytes = 4 << 20;
+    const int64_t chunk = std::min(total, std::max<int64_t>(256, kTempBytes / (out_ch * 4)));
+    std::vector<Plan::Piece> pieces;
+    try {
+      temp = dnnl::memory({{chunk * out_ch}, dt::f32, tag::x}, engine());
+      for (int64_t pixels : {chunk, total % chunk}) {
+        if (pixels == 0 || (!pieces.empty() && pixels == chunk)) continue;
+        Plan::Piece q;
+        q.pixels = pixels;
+        q.pd = make_pixel_pd(pixels);
+        q.conv = dnnl::convolution_forward(q.pd);
+        q.weights = weights_in(q.pd.weights_desc());
+        q.scratchpad = dnnl::memory(q.pd.scratchpad_desc(), engine());
+        const dnnl::memory::desc temp_md({1, out_ch, 1, pixels}, dt::f32, tag::nhwc);
+        const dnnl::memory::desc res_md({1, out_ch, 1, pixels}, res_dt, tag::nhwc);
+        const dnnl::memory::desc out_md({1, out_ch, 1, pixels}, out_dt, tag::nhwc);
+        dnnl::post_ops ops;
+        if (attrs.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+        dnnl::primitive_attr attr;
+        attr.set_post_ops(ops);
+        attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+        // oneDNN 2.6's fast binary (jit:uni) wants src0 in dst's dtype; otherwise it falls back to a
+        // slow reference kernel, whose ReLU also writes -0 for negative inputs where jit:uni and
+        // the sum post-op write +0. The residual goes first when its dtype is y's, so y may be the
+        // residual itself (binary runs in place on src0).
+        q.residual_first = res_dt == out_dt;
+        if (!q.residual_first && out_dt != dt::f32) return {};
+        const dnnl::binary::primitive_desc add_pd(
+            q.residual_first ? dnnl::binary::desc(dnnl::algorithm::binary_add, res_md, temp_md, out_md)
+                             : dnnl::binary::desc(dnnl::algorithm::binary_add, temp_md, res_md, out_md),
+            attr, engine());
+        if (cpu::impl_name(add_pd).rfind("ref", 0) == 0) return {};
+        q.add = dnnl::binary(add_pd);
+        q.add_scratchpad = dnnl::memory(add_pd.scratchpad_desc(), engine());
+        q.src = unbound(q.pd.src_desc());
+        q.temp = dnnl::memory(temp_md, engine(), temp.get_data_handle());
+        q.residual = unbound(res_md);
+        q.dst = unbound(out_md);
+        pieces.push_back(std::move(q));
+      }
+    } catch (const dnnl::error&) {
+      pieces.clear();
+    }
+    return pieces;
+  }
+
+  void run_pieces(Plan& p, const Tensor& x, const Tensor& residual, Tensor& y) {
+    dnnl::stream& st = stream();
+    const char* src = static_cast<const char*>(x.raw_data());
+    if (p.to_bf16) {
+      bind(p.src, x);
+      execute_reorder(p.to_bf16, st, p.src, p.src_bf16);
+      src = static_cast<const char*>(p.src_bf16.get_data_handle());
+    }
+    const int64_t src_px = in_ch_per_group * (src_dt() == dt::bf16 ? 2 : 4);
+    const int64_t res_px = out_ch * static_cast<int64_t>(dtype_size(residual.dtype()));
+    const int64_t dst_px = out_ch * static_cast<int64_t>(dtype_size(y.dtype()));
+    const auto* res = static_cast<const char*>(residual.raw_data());
+    auto* dst = static_cast<char*>(y.raw_data());
+    const int64_t total = x.size(0) * x.size(1) * x.size(2);
+    for (int64_t at = 0; at < total;) {
+      Plan::Piece& q = total - at >= p.pieces.front().pixels ? p.pieces.front() : p.pieces.back();
+      bind(q.src, const_cast<char*>(src + at * src_px));
+      bind(q.residual, const_cast<char*>(res + at * res_px));
+      bind(q.dst, dst + at * dst_px);
+      const dnnl_exec_arg_t conv_args[] = {{DNNL_ARG_SRC, q.src.get()},
+                                           {DNNL_ARG_WEIGHTS, q.weights.get()},
+                                           {DNNL_ARG_DST, q.temp.get()},
+                                           {DNNL_ARG_SCRATCHPAD, q.scratchpad.get()},
+                                           {DNNL_ARG_BIAS, bias ? bias.get() : nullptr}};
+      execute(q.conv, st, std::span(conv_args, bias ? 5 : 4));
+      execute(q.add, st,
+              {{DNNL_ARG_SRC_0, q.residual_first ? q.residual.get() : q.temp.get()},
+               {DNNL_ARG_SRC_1, q.residual_first ? q.temp.get() : q.residual.get()},
+               {DNNL_ARG_DST, q.dst.get()},
+               {DNNL_ARG_SCRATCHPAD, q.add_scratchpad.get()}});
+      at += q.pixels;
+    }
+    st.wait();
+  }
+
   Plan& plan_for(int64_t n, int64_t h, int64_t w, dt in_dt = dt::f32, dt out_dt = dt::f32, dt res_dt = dt::f32) {
     const Key key = {n, h, w, static_cast<int64_t>(in_dt), static_cast<int64_t>(out_dt), static_cast<int64_t>(res_dt)};
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
 
     Plan p;
+    p.src_md = dnnl::memory::desc({n, in_ch_per_group * groups(), h, w}, in_dt, tag::nhwc);
+    if (precision == Precision::kBF16 && in_dt == dt::f32) {
+      const dnnl::memory::desc bf16_md({n, in_ch_per_group * groups(), h, w}, dt::bf16, tag::nhwc);
+      p.src_bf16 = dnnl::memory(bf16_md, engine());
+      p.to_bf16 = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), p.src_md, engine(), bf16_md));
+    }
+    p.src = unbound(p.src_md);
+    if (pixel_gemm()) p.pieces = make_pieces(n * h * w, res_dt, out_dt, p.temp);
+    if (p.pieces.empty()) p.temp = dnnl::memory();
+    if (!p.pieces.empty()) return plans.emplace(key, std::move(p)).first->second;
+
     p.pd = make_pd(n, h, w, weights_any_md(), out_dt);
-    const dnnl::memory::desc want = p.pd.weights_desc();
-    const Weights* found = nullptr;
-    for (const Weights& cand : weights) {
-      if (cand.md == want) found = &cand;
-    }
-    if (!found) {
-      Weights extra{want, dnnl::memory(want, engine())};
-      dnnl::reorder(weights[0].mem, extra.mem).execute(stream(), weights[0].mem, extra.mem);
-      stream().wait();
-      weights.push_back(std::move(extra));
-      found = &weights.back();
-    }
-    p.weights = found->mem;
+    p.weights = weights_in(p.pd.weights_desc());
     p.conv = dnnl::convolution_forward(p.pd);
     p.scratchpad = dnnl::memory(p.pd.scratchpad_desc(), engine());
-    p.src_md = dnnl::memory::desc({n, in_ch_per_group * groups(), h, w}, in_dt, tag::nhwc);
     p.dst_md = p.pd.dst_desc();
-    if (precision == Precision::kBF16 && in_dt == dt::f32) {
-      p.src_bf16 = dnnl::memory(p.pd.src_desc(), engine());
-      p.to_bf16 = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), p.src_md, engine(), p.pd.src_desc()));
-    }
     if (attrs.residual) {
       const dnnl::memory::desc res_md({n, out_ch, p.dst_md.dims()[2], p.dst_md.dims()[3]}, res_dt, tag::nhwc);
       p.copy_residual = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), res_md, engine(), p.dst_md));
       p.residual = unbound(res_md);
     }
-    p.src = unbound(p.src_md);
     p.dst = unbound(p.dst_md);
     return plans.emplace(key, std::move(p)).first->second;
   }
@@ -233,7 +359,9 @@ double Conv2d::flops(const Shape& in) const {
 std::string Conv2d::impl_name(const Shape& in) const {
   output_shape(in);  // validates
   std::lock_guard<std::mutex> lock(state_->mu);
-  return cpu::impl_name(state_->plan_for(in[0], in[1], in[2]).pd);
+  const State::Plan& p = state_->plan_for(in[0], in[1], in[2]);
+  if (p.pieces.empty()) return cpu::impl_name(p.pd);
+  return cpu::impl_name(p.pieces[0].pd) + " in chunks of " + std::to_string(p.pieces[0].pixels) + " px + binary add";
 }
 
 void Conv2d::run(const Tensor& x, const Tensor* residual, Tensor& y) const {
@@ -263,6 +391,10 @@ void Conv2d::run(const Tensor& x, const Tensor* residual, Tensor& y) const {
   State::Plan& p = s.plan_for(out[0], x.size(1), x.size(2), dtype_of(x), dtype_of(y),
                               residual ? dtype_of(*residual) : dt::f32);
   dnnl::stream& st = stream();
+  if (!p.pieces.empty()) {
+    s.run_pieces(p, x, *residual, y);
+    return;
+  }
   bind(p.dst, y);
   if (s.attrs.residual && !in_place) {
     bind(p.residual, *residual);
