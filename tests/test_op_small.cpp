@@ -244,6 +244,40 @@ TEST(MaxPool, MatchesPaddedLoops) {
   EXPECT_THROW(max_pool2d_3x3_s2_p1(x, wrong), Error);
 }
 
+// bf16 maps: exactly the f32 pool of the same values, rounded (here: already on the bf16 grid).
+TEST(MaxPool, Bf16EqualsF32PoolOfTheSameValues) {
+  std::mt19937 rng(6);
+  ThreadPool pool(2);
+  for (int64_t h : {1, 3, 8, 9}) {
+    for (int64_t w : {1, 5, 6}) {
+      for (int64_t c : {1, 17, 35}) {  // scalar only, one vector and a tail, two vectors and a tail
+        const Tensor x16 = random_tensor({2, h, w, c}, rng, -5.0f, 3.0f).to(DType::kBF16);
+        const Tensor x = x16.to(DType::kF32);
+        const Shape ys = max_pool2d_3x3_s2_p1_shape(x.shape());
+        Tensor y = Tensor::empty(ys, DType::kF32);
+        max_pool2d_3x3_s2_p1(x, y, &pool);
+        Tensor y16 = Tensor::empty(ys, DType::kBF16);
+        max_pool2d_3x3_s2_p1(x16, y16, &pool);
+        ASSERT_EQ(0, std::memcmp(y.to(DType::kBF16).raw_data(), y16.raw_data(), y16.nbytes())) << h << "x" << w << "x" << c;
+      }
+    }
+  }
+  // A NaN wins in bf16 too, in the vector lanes and the scalar tail.
+  Tensor x = random_tensor({1, 3, 3, 19}, rng, -5.0f, 5.0f);
+  x.data<float>()[(1 * 3 + 1) * 19 + 4] = kNaN;
+  x.data<float>()[(1 * 3 + 1) * 19 + 18] = kNaN;
+  Tensor y16 = Tensor::empty({1, 2, 2, 19}, DType::kBF16);
+  max_pool2d_3x3_s2_p1(x.to(DType::kBF16), y16, &pool);
+  const Tensor y = y16.to(DType::kF32);
+  for (int k = 0; k < 4; ++k) {
+    for (int ch = 0; ch < 19; ++ch) EXPECT_EQ(std::isnan(y.data<float>()[k * 19 + ch]), ch == 4 || ch == 18) << k << " " << ch;
+  }
+  // The output takes the input's dtype.
+  Tensor f32_out = Tensor::empty({1, 2, 2, 19}, DType::kF32);
+  EXPECT_THROW(max_pool2d_3x3_s2_p1(x.to(DType::kBF16), f32_out), Error);
+  EXPECT_THROW(max_pool2d_3x3_s2_p1(x, y16), Error);
+}
+
 TEST(UpsampleNearest2xAdd, PyTorchNearestAtOddAndDoubleSizes) {
   std::mt19937 rng(6);
   ThreadPool pool(2);
@@ -408,9 +442,13 @@ T at_index(const Tensor& view, int64_t flat) {
 
 TEST(PermuteCopy, NhwcNchwAndRandomPermutations) {
   std::mt19937 rng(10);
-  const auto check = [](const Tensor& view) {
+  ThreadPool pool(2);
+  const auto check = [&pool](const Tensor& view) {
     Tensor out = Tensor::empty(view.shape(), view.dtype());
     permute_copy(view, out);
+    Tensor split = Tensor::empty(view.shape(), view.dtype());  // large ones split over the pool
+    permute_copy(view, split, &pool);
+    ASSERT_EQ(0, std::memcmp(out.raw_data(), split.raw_data(), out.nbytes())) << view.describe();
     for (int64_t i = 0; i < view.numel(); ++i) {
       if (view.dtype() == DType::kF32) {
         ASSERT_EQ(out.data<float>()[i], at_index<float>(view, i)) << view.describe() << " @" << i;
@@ -425,6 +463,10 @@ TEST(PermuteCopy, NhwcNchwAndRandomPermutations) {
   check(nhwc.slice(2, 3, 40).slice(3, 1, 18));       // a sub-box: row memcpy path
   check(nhwc.slice(3, 5, 6).permute({3, 0, 2, 1}));  // no unit-stride dim left
   check(nhwc.select(0, 1));
+  // Camera images to NHWC: a 3-channel NCHW view with 33,800 pixels per image (the split path,
+  // with a partial last block).
+  const Tensor nchw = random_tensor({2, 3, 130, 260}, rng);
+  check(nchw.permute({0, 2, 3, 1}));
   const Tensor five = random_tensor({3, 1, 4, 5, 6}, rng);
   std::vector<int64_t> order = {0, 1, 2, 3, 4};
   for (int t = 0; t < 12; ++t) {

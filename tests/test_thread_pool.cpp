@@ -11,9 +11,12 @@
 namespace bev {
 namespace {
 
-TEST(ThreadPool, CoversEveryIndexExactlyOnce) {
+// Every test runs on both kinds: threads of the pool's own, and the caller's OpenMP team.
+class ThreadPoolKinds : public ::testing::TestWithParam<ThreadPool::Threads> {};
+
+TEST_P(ThreadPoolKinds, CoversEveryIndexExactlyOnce) {
   for (int threads : {1, 2, 3, 8}) {
-    ThreadPool pool(threads);
+    ThreadPool pool(threads, GetParam());
     for (int64_t n : {1, 2, 7, 1000, 100003}) {
       std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
       pool.parallel_for(n, 3, [&](int64_t b, int64_t e) {
@@ -24,8 +27,8 @@ TEST(ThreadPool, CoversEveryIndexExactlyOnce) {
   }
 }
 
-TEST(ThreadPool, RethrowsAndStaysUsable) {
-  ThreadPool pool(3);
+TEST_P(ThreadPoolKinds, RethrowsAndStaysUsable) {
+  ThreadPool pool(3, GetParam());
   EXPECT_THROW(pool.parallel_for(100, 1, [](int64_t b, int64_t) {
     if (b >= 50) throw std::runtime_error("chunk failed");
   }), std::runtime_error);
@@ -36,9 +39,9 @@ TEST(ThreadPool, RethrowsAndStaysUsable) {
   EXPECT_EQ(sum.load(), 4950);
 }
 
-TEST(ThreadPool, IndexedChunksRunOnePerParticipantAtATime) {
+TEST_P(ThreadPoolKinds, IndexedChunksRunOnePerParticipantAtATime) {
   for (int threads : {1, 2, 4}) {
-    ThreadPool pool(threads);
+    ThreadPool pool(threads, GetParam());
     std::vector<std::atomic<int>> busy(static_cast<size_t>(pool.size()));
     std::atomic<int64_t> covered{0};
     std::atomic<bool> ok{true};
@@ -74,8 +77,8 @@ TEST(FunctionRef, CallsTheReferencedCallable) {
   EXPECT_EQ(calls, 2);
 }
 
-TEST(ThreadPool, ManyShortJobs) {
-  ThreadPool pool(2);
+TEST_P(ThreadPoolKinds, ManyShortJobs) {
+  ThreadPool pool(2, GetParam());
   std::atomic<int64_t> total{0};
   for (int r = 0; r < 2000; ++r) {
     pool.parallel_for(16, 1, [&](int64_t b, int64_t e) { total += e - b; });
@@ -85,8 +88,8 @@ TEST(ThreadPool, ManyShortJobs) {
 
 // Several threads share one pool (frames of different streams preparing at once): each job still
 // covers its own range exactly once, and nobody hangs.
-TEST(ThreadPool, ConcurrentCallersTakeTurns) {
-  ThreadPool pool(3);
+TEST_P(ThreadPoolKinds, ConcurrentCallersTakeTurns) {
+  ThreadPool pool(3, GetParam());
   constexpr int kCallers = 4, kJobs = 300;
   std::vector<std::atomic<int64_t>> sums(kCallers);
   std::vector<std::thread> callers;
@@ -107,4 +110,7 @@ TEST(ThreadPool, ConcurrentCallersTakeTurns) {
 }
 
 }  // namespace
+INSTANTIATE_TEST_SUITE_P(Kinds, ThreadPoolKinds, ::testing::Values(ThreadPool::Threads::kOwn, ThreadPool::Threads::kOpenMP),
+                         [](const auto& p) { return std::string(p.param == ThreadPool::Threads::kOwn ? "own" : "openmp"); });
+
 }  // namespace bev

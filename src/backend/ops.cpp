@@ -194,7 +194,7 @@ Tensor Ops::deform_conv2d(const Tensor& x, const Tensor& offset_mask, const Prep
 Tensor Ops::max_pool2d(const Tensor& x, std::string label) {
   expect_rank("max_pool2d", label, "input", x, 4);
   const int64_t ho = (x.size(1) - 1) / 2 + 1, wo = (x.size(2) - 1) / 2 + 1;
-  return emit({OpKind::max_pool2d, std::move(label), {}, {x}, {output({x.size(0), ho, wo, x.size(3)})}, nullptr});
+  return emit({OpKind::max_pool2d, std::move(label), {}, {x}, {output({x.size(0), ho, wo, x.size(3)}, x.dtype())}, nullptr});
 }
 
 Tensor Ops::upsample_nearest_add(const Tensor& coarse, const Tensor& fine, std::string label) {

@@ -92,11 +92,13 @@ ResNetWeights load_resnet(Ops& ops, const WeightSource& w, const BackboneConfig&
 }
 
 std::vector<Tensor> resnet_forward(Ops& ops, const ResNetWeights& w, const BackboneConfig& cfg, const Tensor& x) {
+  const DType act = ops.backend().precision() == Precision::kBF16 ? DType::kBF16 : DType::kF32;
   ops.set_stage("img.stem");
-  Tensor h = ops.max_pool2d(ops.conv2d(x, w.stem, nullptr, "img_backbone.conv1"), "img_backbone.maxpool");
+  // In bf16 the pool reads and writes half the bytes, and its bf16 output is exactly what layer1's
+  // convs would round the f32 pool output to (the max commutes with rounding).
+  Tensor h = ops.max_pool2d(ops.conv2d(x, w.stem, nullptr, "img_backbone.conv1", act), "img_backbone.maxpool");
   std::vector<Tensor> outs;
   const int last = *std::max_element(cfg.out_indices.begin(), cfg.out_indices.end());
-  const DType act = ops.backend().precision() == Precision::kBF16 ? DType::kBF16 : DType::kF32;
   for (int s = 0; s <= last; ++s) {
     const std::string layer = "layer" + std::to_string(s + 1);
     ops.set_stage("img." + layer);

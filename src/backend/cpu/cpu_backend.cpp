@@ -27,7 +27,8 @@ Tensor rows_view(const Tensor& t) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int threads, Precision precision) : pool_(threads), precision_(precision) {
+  CpuBackend(int threads, Precision precision)
+      : pool_(threads, ThreadPool::Threads::kOpenMP), precision_(precision) {
     cpu::set_num_threads(pool_.size());
   }
 
@@ -123,12 +124,12 @@ class CpuBackend final : public Backend {
       }
       case OpKind::max_pool2d: {
         Tensor y = out;
-        cpu::max_pool2d_3x3_s2_p1(in[0], y);
+        cpu::max_pool2d_3x3_s2_p1(in[0], y, &pool_);
         return;
       }
       case OpKind::upsample_nearest_add: {
         Tensor fine = out;
-        cpu::upsample_nearest2x_add(in[0], fine);
+        cpu::upsample_nearest2x_add(in[0], fine, &pool_);
         return;
       }
       case OpKind::msda: {
@@ -174,7 +175,7 @@ class CpuBackend final : public Backend {
       }
       case OpKind::permute: {
         Tensor y = out;
-        cpu::permute_copy(in[0].permute(std::get<PermuteAttrs>(n.attrs).order), y);
+        cpu::permute_copy(in[0].permute(std::get<PermuteAttrs>(n.attrs).order), y, &pool_);
         return;
       }
     }

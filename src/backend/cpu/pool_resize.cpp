@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <immintrin.h>
 #include <limits>
 #include <string>
@@ -12,10 +13,11 @@ namespace bev::cpu {
 namespace {
 
 
-void expect_nhwc(const char* op, const Tensor& t, const char* what) {
-  if (!t.defined() || t.dtype() != DType::kF32 || t.device() != Device::kCpu || t.dim() != 4 ||
-      !t.is_contiguous() || t.size(1) < 1 || t.size(2) < 1) {
-    bad_tensor(op, t, what, "contiguous host f32 [N, H, W, C] with H, W >= 1");
+void expect_nhwc(const char* op, const Tensor& t, const char* what, bool bf16_ok = false) {
+  if (!t.defined() || !(t.dtype() == DType::kF32 || (bf16_ok && t.dtype() == DType::kBF16)) ||
+      t.device() != Device::kCpu || t.dim() != 4 || !t.is_contiguous() || t.size(1) < 1 || t.size(2) < 1) {
+    bad_tensor(op, t, what,
+               std::string("contiguous host ") + (bf16_ok ? "f32 or bf16" : "f32") + " [N, H, W, C] with H, W >= 1");
   }
 }
 
@@ -73,25 +75,67 @@ void pool_pixel_scalar(const float* const* taps, int n_taps, int64_t C, float* o
   }
 }
 
+// bf16 maps (the stem's output in bf16 precision): compared as f32, stored back by dropping the
+// low half, which is exact because every value came from bf16 (the max of rounded values is
+// the rounded max: rounding is monotone, so this equals pooling in f32 and rounding after).
+inline float widen(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+inline uint16_t narrow(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+void pool_pixel_bf16_scalar(const uint16_t* const* taps, int n_taps, int64_t C, uint16_t* out) {
+  for (int64_t c = 0; c < C; ++c) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int t = 0; t < n_taps; ++t) m = nan_max(m, widen(taps[t][c]));
+    out[c] = narrow(m);
+  }
+}
+
+__attribute__((target("avx512f"))) void pool_pixel_bf16_avx512(const uint16_t* const* taps, int n_taps, int64_t C,
+                                                                uint16_t* out) {
+  int64_t c = 0;
+  for (; c + 16 <= C; c += 16) {
+    __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int t = 0; t < n_taps; ++t) {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(taps[t] + c));
+      // The maskz forms with a full mask: GCC 12 flags the plain forms' undefined pass-through.
+      const __m512 v = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, raw), 16));
+      const __mmask16 take = _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      m = _mm512_mask_mov_ps(m, take, v);
+    }
+    const __m256i packed =
+        _mm512_maskz_cvtepi32_epi16(0xFFFF, _mm512_maskz_srli_epi32(0xFFFF, _mm512_castps_si512(m), 16));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c), packed);
+  }
+  for (; c < C; ++c) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int t = 0; t < n_taps; ++t) m = nan_max(m, widen(taps[t][c]));
+    out[c] = narrow(m);
+  }
+}
+
 }  // namespace
 
-void max_pool2d_3x3_s2_p1(const Tensor& x, Tensor& y, ThreadPool* pool) {
-  const char* op = "max_pool2d_3x3_s2_p1";
-  expect_nhwc(op, x, "input x");
-  const Shape ys = max_pool2d_3x3_s2_p1_shape(x.shape());
-  expect_f32_shape(op, y, "output y", ys);
-  const int64_t H = x.size(1), W = x.size(2), C = x.size(3), Ho = ys[1], Wo = ys[2];
-  const float* xp = x.data<float>();
-  float* yp = y.data<float>();
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  const auto pixel = avx512 ? pool_pixel_avx512 : pool_pixel_scalar;
+namespace {
+
+template <typename T, typename Pixel>
+void max_pool_rows(const T* xp, T* yp, const Shape& xs, const Shape& ys, ThreadPool* pool, Pixel pixel) {
+  const int64_t H = xs[1], W = xs[2], C = xs[3], Ho = ys[1], Wo = ys[2];
   for_rows(pool, ys[0] * Ho, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t n = r / Ho, oh = r % Ho;
       const int64_t h0 = std::max<int64_t>(0, oh * 2 - 1), h1 = std::min<int64_t>(H, oh * 2 + 2);
       for (int64_t ow = 0; ow < Wo; ++ow) {
         const int64_t w0 = std::max<int64_t>(0, ow * 2 - 1), w1 = std::min<int64_t>(W, ow * 2 + 2);
-        const float* taps[9];
+        const T* taps[9];
         int n_taps = 0;
         for (int64_t h = h0; h < h1; ++h) {
           for (int64_t w = w0; w < w1; ++w) taps[n_taps++] = xp + ((n * H + h) * W + w) * C;
@@ -100,6 +144,28 @@ void max_pool2d_3x3_s2_p1(const Tensor& x, Tensor& y, ThreadPool* pool) {
       }
     }
   });
+}
+
+}  // namespace
+
+void max_pool2d_3x3_s2_p1(const Tensor& x, Tensor& y, ThreadPool* pool) {
+  const char* op = "max_pool2d_3x3_s2_p1";
+  expect_nhwc(op, x, "input x", /*bf16_ok=*/true);
+  const Shape ys = max_pool2d_3x3_s2_p1_shape(x.shape());
+  if (x.dtype() == DType::kF32) {
+    expect_f32_shape(op, y, "output y", ys);
+  } else if (!y.defined() || y.dtype() != DType::kBF16 || y.device() != Device::kCpu || !y.is_contiguous() ||
+             y.shape() != ys) {
+    bad_tensor(op, y, "output y", "contiguous host bf16" + shape_str(ys) + " (the input's dtype)");
+  }
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (x.dtype() == DType::kF32) {
+    max_pool_rows(x.data<float>(), y.data<float>(), x.shape(), ys, pool,
+                  avx512 ? pool_pixel_avx512 : pool_pixel_scalar);
+  } else {
+    max_pool_rows(static_cast<const uint16_t*>(x.raw_data()), static_cast<uint16_t*>(y.raw_data()), x.shape(), ys,
+                  pool, avx512 ? pool_pixel_bf16_avx512 : pool_pixel_bf16_scalar);
+  }
 }
 
 int64_t nearest_source_index(int64_t dst, int64_t in_size, int64_t out_size) {

@@ -1,4 +1,4 @@
-// The ResNet stem's max pool and FPN's top-down nearest upsample, NHWC f32.
+// The ResNet stem's max pool (NHWC f32 or bf16) and FPN's top-down nearest upsample (NHWC f32).
 #pragma once
 
 #include "core/tensor.h"
@@ -10,7 +10,8 @@ namespace bev::cpu {
 Shape max_pool2d_3x3_s2_p1_shape(const Shape& x_nhwc);
 
 // nn.MaxPool2d(3, stride=2, padding=1): padding counts as -inf (never selected; every window
-// holds at least one real pixel), and a NaN in the window wins, as in PyTorch.
+// holds at least one real pixel), and a NaN in the window wins, as in PyTorch. f32 or bf16 (y in
+// x's dtype); rows split over `pool`.
 void max_pool2d_3x3_s2_p1(const Tensor& x_nhwc, Tensor& y_nhwc, ThreadPool* pool = nullptr);
 
 // FPN's top-down step, lat[i-1] += F.interpolate(lat[i], size=lat[i-1].shape[-2:], mode='nearest'):

@@ -83,7 +83,7 @@ void for_each_outer(const Dims& dims, const Shape& shape, const Shape& sst, cons
 }
 
 template <typename T>
-void strided_copy(const T* src, T* dst, const Shape& shape, const Shape& sst) {
+void strided_copy(const T* src, T* dst, const Shape& shape, const Shape& sst, ThreadPool* pool) {
   const int64_t r = static_cast<int64_t>(shape.size());
   const Shape dst_st = contiguous_strides(shape);
   const auto last = static_cast<size_t>(r - 1);
@@ -113,17 +113,27 @@ void strided_copy(const T* src, T* dst, const Shape& shape, const Shape& sst) {
   constexpr int64_t kBlock = 32;
   const int64_t nb = shape[static_cast<size_t>(b)], nl = shape[last], sl = sst[last];
   const int64_t db = dst_st[static_cast<size_t>(b)];
+  const int64_t n_blocks = (nb + kBlock - 1) / kBlock;
+  // Large transposes (the camera images to NHWC: 7M elements) split their blocks over the pool.
+  const bool split = pool != nullptr && pool->size() > 1 && n_blocks > 1 && nb * nl >= (int64_t{1} << 16);
   for_each_outer(outer, shape, sst, dst_st, [&](int64_t so, int64_t dof) {
-    for (int64_t b0 = 0; b0 < nb; b0 += kBlock) {
-      const int64_t b1 = std::min(nb, b0 + kBlock);
-      for (int64_t l0 = 0; l0 < nl; l0 += kBlock) {
-        const int64_t l1 = std::min(nl, l0 + kBlock);
-        for (int64_t ib = b0; ib < b1; ++ib) {
-          T* d = dst + dof + ib * db;
-          const T* s = src + so + ib;
-          for (int64_t il = l0; il < l1; ++il) d[il] = s[il * sl];
+    const auto blocks = [&](int64_t j0, int64_t j1) {
+      for (int64_t b0 = j0 * kBlock; b0 < std::min(nb, j1 * kBlock); b0 += kBlock) {
+        const int64_t b1 = std::min(nb, b0 + kBlock);
+        for (int64_t l0 = 0; l0 < nl; l0 += kBlock) {
+          const int64_t l1 = std::min(nl, l0 + kBlock);
+          for (int64_t ib = b0; ib < b1; ++ib) {
+            T* d = dst + dof + ib * db;
+            const T* s = src + so + ib;
+            for (int64_t il = l0; il < l1; ++il) d[il] = s[il * sl];
+          }
         }
       }
+    };
+    if (split) {
+      pool->parallel_for(n_blocks, 1, blocks);
+    } else {
+      blocks(0, n_blocks);
     }
   });
 }
@@ -257,7 +267,7 @@ void concat(std::span<const Tensor> inputs, int64_t axis, Tensor& dst) {
   }
 }
 
-void permute_copy(const Tensor& src, Tensor& dst) {
+void permute_copy(const Tensor& src, Tensor& dst, ThreadPool* pool) {
   const char* op = "permute_copy";
   if (!src.defined() || src.device() != Device::kCpu) bad_tensor(op, src, "src", "a host tensor");
   expect(op, dst, "dst", src.dtype(), src.shape());
@@ -291,10 +301,10 @@ void permute_copy(const Tensor& src, Tensor& dst) {
   const void* s = src.raw_data();
   void* d = dst.raw_data();
   switch (dtype_size(src.dtype())) {
-    case 1: return strided_copy(static_cast<const uint8_t*>(s), static_cast<uint8_t*>(d), shape, sst);
-    case 2: return strided_copy(static_cast<const uint16_t*>(s), static_cast<uint16_t*>(d), shape, sst);
-    case 4: return strided_copy(static_cast<const uint32_t*>(s), static_cast<uint32_t*>(d), shape, sst);
-    case 8: return strided_copy(static_cast<const uint64_t*>(s), static_cast<uint64_t*>(d), shape, sst);
+    case 1: return strided_copy(static_cast<const uint8_t*>(s), static_cast<uint8_t*>(d), shape, sst, pool);
+    case 2: return strided_copy(static_cast<const uint16_t*>(s), static_cast<uint16_t*>(d), shape, sst, pool);
+    case 4: return strided_copy(static_cast<const uint32_t*>(s), static_cast<uint32_t*>(d), shape, sst, pool);
+    case 8: return strided_copy(static_cast<const uint64_t*>(s), static_cast<uint64_t*>(d), shape, sst, pool);
     default: throw Error(ErrorKind::kInternal, "element size of " + src.describe()).where(op);
   }
 }

@@ -5,6 +5,7 @@
 #include <span>
 
 #include "core/tensor.h"
+#include "core/thread_pool.h"
 
 namespace bev::cpu {
 
@@ -32,7 +33,8 @@ void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& dst);
 void concat(std::span<const Tensor> inputs, int64_t axis, Tensor& dst);
 
 // dst (contiguous, same shape and dtype) = src, an arbitrary strided view of any rank, e.g.
-// x.permute({0, 3, 1, 2}) for NHWC -> NCHW. Transposing views are copied in square blocks.
-void permute_copy(const Tensor& src, Tensor& dst);
+// x.permute({0, 3, 1, 2}) for NHWC -> NCHW. Transposing views are copied in square blocks,
+// split over `pool` when large.
+void permute_copy(const Tensor& src, Tensor& dst, ThreadPool* pool = nullptr);
 
 }  // namespace bev::cpu
