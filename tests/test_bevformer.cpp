@@ -4,9 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
 
 #include "backend/backend.h"
+#include "bevformer/error.h"
 #include "core/compare.h"
 #include "model/bevformer.h"
 #include "model/param_spec.h"
@@ -195,6 +200,7 @@ TEST(BevFormerInput, MisfitCheckpointListsEveryProblem) {
   }
 }
 
+
 }  // namespace
 }  // namespace bev
 
@@ -305,6 +311,154 @@ TEST(BevFormerPlans, RigCacheServesVehiclesWithDifferentRigs) {
   EXPECT_EQ(planned.rigs_seen(), 7u);
   BevFormer eager_c(cfg, ck, *backend, /*replay=*/false);
   EXPECT_TRUE(identical(again.bev_embed, eager_c.forward(synthetic_frame(cfg, 21, 0)).bev_embed));
+}
+
+
+// The same frame with its padded image `extra` pixels wider (zeros on the right, as the test
+// pipeline pads): another input shape for the image stage, the same rig.
+FrameInput padded_wider(FrameInput f, int64_t extra) {
+  const Tensor& a = f.img;
+  Tensor b = Tensor::zeros({a.size(0), a.size(1), a.size(2), a.size(3) + extra}, DType::kF32);
+  for (int64_t plane = 0; plane < a.size(0) * a.size(1); ++plane) {
+    for (int64_t y = 0; y < a.size(2); ++y) {
+      std::memcpy(b.data<float>() + (plane * a.size(2) + y) * b.size(3), a.data<float>() + (plane * a.size(2) + y) * a.size(3),
+                  static_cast<size_t>(a.size(3)) * sizeof(float));
+    }
+  }
+  f.img = b;
+  return f;
+}
+
+// One stream through a pipelined model: a second thread stages frame k+1 (run_image) while this
+// thread runs frame k's bev stage; the lanes bound how far ahead it gets.
+std::vector<FrameOutput> run_pipelined(BevFormer& model, const std::vector<FrameInput>& frames) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<StagedFrame> ready;
+  std::thread producer([&] {
+    for (const FrameInput& f : frames) {
+      StagedFrame s = model.run_image(f);
+      const std::lock_guard<std::mutex> lock(mu);
+      ready.push_back(std::move(s));
+      cv.notify_all();
+    }
+  });
+  std::vector<FrameOutput> out;
+  for (const FrameInput& f : frames) {
+    StagedFrame s;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return !ready.empty(); });
+      s = std::move(ready.front());
+      ready.pop_front();
+    }
+    out.push_back(model.run_bev(f, std::move(s)));
+  }
+  producer.join();
+  return out;
+}
+
+void expect_identical(const FrameOutput& a, const FrameOutput& b, const std::string& what) {
+  EXPECT_EQ(a.used_history, b.used_history) << what;
+  EXPECT_TRUE(identical(a.bev_embed, b.bev_embed)) << what;
+  EXPECT_TRUE(identical(a.all_cls_scores, b.all_cls_scores)) << what;
+  EXPECT_TRUE(identical(a.all_bbox_preds, b.all_bbox_preds)) << what;
+  ASSERT_EQ(a.detections.size(), b.detections.size()) << what;
+  for (size_t i = 0; i < a.detections.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&a.detections[i].box, &b.detections[i].box, sizeof(a.detections[i].box)), 0) << what;
+  }
+}
+
+// Pipelining gives the bits of forward() one frame at a time, replayed and eager, in f32 and
+// bf16: over a rig change and an image size change, which re-records one lane's image plan (the
+// bev plans that read its old outputs must be dropped, not replayed on freed memory).
+TEST(BevFormerPipeline, StagedAheadIsBitIdenticalToOneFrameAtATime) {
+  const ModelConfig cfg = micro();
+  const Checkpoint ck = random_checkpoint(cfg, 41);
+  std::vector<FrameInput> frames;
+  for (int k = 0; k < 9; ++k) {
+    FrameInput f = synthetic_frame(cfg, 41, k);
+    if (k == 3 || k == 4) f = on_other_rig(std::move(f), 1.04);
+    if (k == 5 || k == 6) f = padded_wider(std::move(f), 32);
+    frames.push_back(std::move(f));
+  }
+  for (const Precision precision : {Precision::kF32, Precision::kBF16}) {
+    auto backend = make_cpu_backend(2, precision);
+    for (const bool replay : {true, false}) {
+      BevFormer plain(cfg, ck, *backend, replay), piped(cfg, ck, *backend, replay, /*pipelined=*/true);
+      EXPECT_EQ(plain.lanes(), 1);
+      EXPECT_EQ(piped.lanes(), 2);
+      const std::vector<FrameOutput> got = run_pipelined(piped, frames);
+      for (size_t k = 0; k < frames.size(); ++k) {
+        const FrameOutput want = plain.forward(frames[k]);
+        EXPECT_EQ(want.used_history, k > 0);
+        expect_identical(want, got[k],
+                         std::string(precision == Precision::kF32 ? "f32" : "bf16") + (replay ? " replay" : " eager") +
+                             ", frame " + std::to_string(k));
+      }
+      if (replay) {
+        EXPECT_NE(piped.describe().find("image (lane 2)"), std::string::npos);
+      }
+    }
+  }
+}
+
+// Several streams call forward() at once on a pipelined model (a server's workers): each stream
+// equals that stream run alone on a plain model.
+TEST(BevFormerPipeline, ConcurrentStreamsOnAPipelinedModelEqualEachAlone) {
+  const ModelConfig cfg = micro();
+  auto backend = make_cpu_backend(2, Precision::kF32);
+  const Checkpoint ck = random_checkpoint(cfg, 43);
+  BevFormer piped(cfg, ck, *backend, /*replay=*/true, /*pipelined=*/true);
+  constexpr int kStreams = 3, kFrames = 4;
+  std::vector<std::vector<FrameOutput>> got(kStreams);
+  std::vector<std::thread> workers;
+  for (int s = 0; s < kStreams; ++s) {
+    workers.emplace_back([&, s] {
+      StreamHistory history;
+      for (int k = 0; k < kFrames; ++k) {
+        got[static_cast<size_t>(s)].push_back(piped.forward(synthetic_frame(cfg, 50 + static_cast<uint64_t>(s), k), history));
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  for (int s = 0; s < kStreams; ++s) {
+    BevFormer alone(cfg, ck, *backend);
+    for (int k = 0; k < kFrames; ++k) {
+      expect_identical(alone.forward(synthetic_frame(cfg, 50 + static_cast<uint64_t>(s), k)),
+                       got[static_cast<size_t>(s)][static_cast<size_t>(k)],
+                       "stream " + std::to_string(s) + ", frame " + std::to_string(k));
+    }
+  }
+}
+
+// A staged frame that never reaches run_bev gives its lane back; run_bev refuses a staged frame
+// of another model, an empty one, or a different frame, and the model carries on unchanged.
+TEST(BevFormerPipeline, MisusedStagedFramesFailClearlyAndFreeTheirLane) {
+  const ModelConfig cfg = micro();
+  auto backend = make_cpu_backend(2, Precision::kF32);
+  const Checkpoint ck = random_checkpoint(cfg, 47);
+  BevFormer model(cfg, ck, *backend), other(cfg, ck, *backend), reference(cfg, ck, *backend);
+  const FrameInput f0 = synthetic_frame(cfg, 47, 0), f1 = synthetic_frame(cfg, 47, 1);
+  { StagedFrame dropped = model.run_image(f0); }  // one lane: a leak would hang the next call
+  const auto expect_invalid = [](auto&& call, const std::string& needle) {
+    try {
+      call();
+      ADD_FAILURE() << "no error; expected one mentioning " << needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_invalid([&] { model.run_bev(f0, other.run_image(f0)); }, "another model");
+  expect_invalid([&] { model.run_bev(f0, StagedFrame{}); }, "empty staged frame");
+  expect_invalid([&] { model.run_bev(f0, model.run_image(padded_wider(f0, 32))); }, "staged frame's was");
+  FrameInput nan_pose = f0;
+  nan_pose.can_bus[3] = std::nan("");
+  expect_invalid([&] { model.run_image(nan_pose); }, "can_bus");
+  const FrameOutput a = model.forward(f0), b = model.forward(f1);
+  expect_identical(reference.forward(f0), a, "frame 0 after the errors");
+  expect_identical(reference.forward(f1), b, "frame 1 after the errors");
 }
 
 }  // namespace

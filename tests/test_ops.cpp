@@ -5,7 +5,9 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <thread>
 
+#include "backend/cpu/onednn.h"
 #include "backend/ops.h"
 
 namespace bev {
@@ -131,6 +133,27 @@ TEST(Ops, ReplayOnNewInputsEqualsEager) {
   const Tensor expect = stage.run(eager, next);
   EXPECT_TRUE(identical(out, expect));
   EXPECT_TRUE(eager.nodes().empty());
+}
+
+// OpenMP's thread count belongs to each calling thread. A thread that never set it (a server
+// worker, the pipelined image stage's thread) must still run the backend's ops, oneDNN's
+// included, on the backend's `threads`, not on every hardware thread.
+TEST(Ops, EveryCallingThreadRunsOnTheBackendsThreadCount) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one hardware thread: nothing to tell apart";
+  auto backend = make_cpu_backend(1, Precision::kF32);
+  int before = 0, after = 0;
+  Tensor y;
+  std::thread worker([&] {
+    before = cpu::num_threads();
+    Ops ops(*backend);
+    const PreparedWeights fc = ops.prepare_linear(random({7, 5}, 40), nullptr, {});
+    y = ops.linear(random({3, 5}, 41), fc);
+    after = cpu::num_threads();
+  });
+  worker.join();
+  EXPECT_GT(before, 1) << "the new thread already ran on one thread: the check below proves nothing";
+  EXPECT_EQ(after, 1);
+  EXPECT_EQ(y.shape(), (Shape{3, 7}));
 }
 
 TEST(Ops, ShapeErrorsNameTheOpAndExpectation) {

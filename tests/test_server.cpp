@@ -155,20 +155,23 @@ std::string raw_exchange(int port, const std::string& request) {
 // ---------------------------------------------------------------------------------------------
 // The server on a port, over one shared micro model (and a second one as the reference library).
 
-std::unique_ptr<Model> load_micro_model() {
+std::unique_ptr<Model> load_micro_model(bool pipeline) {
   Knobs k;
   k.threads = 2;
+  k.pipeline = pipeline;
   return Model::load(kMicroDir + "/config.json", kMicroDir + "/checkpoint.pth", k);
 }
 
-// Two separate models: the server's, and an independent library run alone to compare with.
+// Two separate models: the server's, and an independent library run alone to compare with. The
+// server's is pipelined (Knobs::pipeline: one frame's image stage beside another's bev stage),
+// so every comparison below also checks that its workers' overlapping frames change nothing.
 Model& served_model() {
-  static const std::unique_ptr<Model> m = load_micro_model();
+  static const std::unique_ptr<Model> m = load_micro_model(/*pipeline=*/true);
   return *m;
 }
 
 Model& reference_model() {
-  static const std::unique_ptr<Model> m = load_micro_model();
+  static const std::unique_ptr<Model> m = load_micro_model(/*pipeline=*/false);
   return *m;
 }
 

@@ -1,4 +1,4 @@
-// bevformer bench [--config C] [--precision P] [--frames N] [--warmup W] [--eager] [--json]: a
+// bevformer bench [--config C] [--precision P] [--frames N] [--warmup W] [--eager] [--pipeline] [--json]: a
 // full-size model on a synthetic six-camera drive, as a user's stream runs it: median and p90
 // frame latency, throughput, the parts of a frame, a per-stage breakdown from the profiler, the
 // FLOP floor at this machine's measured peak, and the peak resident set.
@@ -33,6 +33,8 @@ Runner add_bench(CLI::App& app) {
       ->check(CLI::Range(0, 1024));
   sub->add_option("--seed", o->seed, "Seed of the random weights and the synthetic frames")->capture_default_str();
   sub->add_flag("--eager", o->eager, "Run every frame eagerly instead of replaying the recorded stages");
+  sub->add_flag("--pipeline", o->pipeline,
+                "Run frame k+1's image stage on a second thread while frame k's bev stage runs (throughput)");
   sub->add_flag("--no-stages", *no_stages, "Skip the profiled frame (no per-stage breakdown, no FLOP count)");
   sub->add_flag("--no-peak", *no_peak, "Skip measuring the machine's matmul peak (no floor)");
   sub->add_flag("--json", *json, "Print one JSON object on stdout (progress stays on stderr)");

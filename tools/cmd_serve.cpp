@@ -1,6 +1,6 @@
 // bevformer serve [--weights W] [--config C] [--host H] [--port P] [--workers N] [--queue N]
 // [--timeout S] [--max-body-mb N] [--max-cameras N] [--threads N] [--precision f32|bf16]
-// [--max-streams N] [--stream-ttl S]: the HTTP API of docs/API.md. SIGTERM or SIGINT stops it
+// [--max-streams N] [--stream-ttl S] [--pipeline]: the HTTP API of docs/API.md. SIGTERM or SIGINT stops it
 // gracefully: new frames get 503, accepted ones finish, then it exits 0.
 #include <pthread.h>
 #include <signal.h>
@@ -35,6 +35,7 @@ struct ServeArgs {
   std::string precision = "f32";
   size_t max_streams = 64;
   double stream_ttl = 600;
+  bool pipeline = false;
 };
 
 int run(const ServeArgs& a) {
@@ -52,6 +53,7 @@ int run(const ServeArgs& a) {
   knobs.precision = a.precision;
   knobs.max_streams = a.max_streams;
   knobs.stream_ttl_seconds = a.stream_ttl;
+  knobs.pipeline = a.pipeline;
   if (a.weights.empty()) {
     std::fprintf(stderr, "serve: no --weights: seeded random weights (seed %llu), UNTRAINED: detections are meaningless\n",
                  static_cast<unsigned long long>(knobs.seed));
@@ -73,7 +75,8 @@ int run(const ServeArgs& a) {
                      {"max_streams", knobs.max_streams},
                      {"stream_ttl_seconds", knobs.stream_ttl_seconds},
                      {"max_gap_seconds", knobs.max_gap_seconds},
-                     {"replay", knobs.replay}}}};
+                     {"replay", knobs.replay},
+                     {"pipeline", knobs.pipeline}}}};
   server::Service service(*model, so);
   server::HttpOptions ho;
   ho.host = a.host;
@@ -120,6 +123,8 @@ Runner add_serve(CLI::App& app) {
   sub->add_option("--precision", a->precision, "f32 | bf16")->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
   sub->add_option("--max-streams", a->max_streams, "Streams kept; past it the least recently used is evicted")->capture_default_str();
   sub->add_option("--stream-ttl", a->stream_ttl, "Seconds an idle stream is kept")->capture_default_str();
+  sub->add_flag("--pipeline", a->pipeline,
+                "Two frames in flight: one frame's image stage runs while another's bev stage runs (needs --workers >= 2)");
   return [a]() { return run(*a); };
 }
 

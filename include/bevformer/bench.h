@@ -22,6 +22,10 @@ struct BenchOptions {
   int frames = 10;                // timed frames (>= 1)
   int warmup = 3;                 // untimed frames first (>= 2: the second is the first with history)
   bool eager = false;             // run every frame eagerly instead of replaying recorded plans
+  // The image stage of frame k+1 on a second thread while the bev stage of frame k runs (the
+  // model keeps two image lanes); latency is then from a frame's image start to its bev end,
+  // and fps is over the timed span. Needs warmup >= 3.
+  bool pipeline = false;
   bool stages = true;             // profile one extra frame for the per-stage breakdown
   bool measure_peak = true;       // measure this machine's matmul peak (about a second)
 };
@@ -40,7 +44,7 @@ struct BenchStage {
 struct BenchReport {
   std::string config, weights, precision, device;
   int threads = 0, frames = 0, warmup = 0;
-  std::string mode;  // "replay" | "eager"
+  std::string mode;  // "replay" | "eager", then ", pipelined" when it was
   double first_frame_ms = 0;  // warm-up frame 0: recording the image and first-frame bev plans
   std::vector<double> frame_ms;  // each timed frame, wall clock
   double median_ms = 0, p90_ms = 0, mean_ms = 0, min_ms = 0, max_ms = 0;

@@ -24,6 +24,9 @@ struct Knobs {
   double stream_ttl_seconds = 600; // a stream idle this long is dropped
   double max_gap_seconds = 10;     // a frame this much later than its stream's last one starts fresh
   bool replay = true;              // record each stage once and replay it (false: eager every frame)
+  // Two frames in flight: the image stage of one frame (another stream's, from another thread)
+  // runs while the bev stage of the other runs. Same results; the image plan exists twice.
+  bool pipeline = false;
 };
 
 // One detected box. LiDAR (BEV) frame: x right, y forward, z up; `center` is the bottom centre

@@ -130,7 +130,7 @@ std::unique_ptr<Model> Model::load(const std::string& config, const std::string&
     s.weights_name = weights;
   }
   s.backend = make_cpu_backend(knobs.threads, parse_precision(knobs.precision, "knobs"));
-  s.model = std::make_unique<BevFormer>(s.cfg, ck, *s.backend, knobs.replay);
+  s.model = std::make_unique<BevFormer>(s.cfg, ck, *s.backend, knobs.replay, knobs.pipeline);
   for (const auto& [name, t] : ck.tensors()) s.weight_bytes += t.nbytes();
   s.streams = std::make_unique<StreamRegistry>(StreamLimits{knobs.max_streams, knobs.stream_ttl_seconds, knobs.max_gap_seconds});
   s.prepare_pool = std::make_unique<ThreadPool>(knobs.threads);

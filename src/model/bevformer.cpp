@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <tuple>
@@ -43,7 +44,87 @@ struct RigGeometry {
   ScaPlan plan;
 };
 
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The model's image lanes: which are held by a frame between its two stages. A lane's image
+// plan (or, eager, nothing) belongs to the frame holding it, so a frame's image outputs stay
+// intact until its bev stage has read them.
+class LanePool {
+ public:
+  explicit LanePool(int lanes) : busy_(static_cast<size_t>(lanes), false) {}
+  int size() const { return static_cast<int>(busy_.size()); }
+
+  int acquire() {
+    std::unique_lock<std::mutex> lock(mu_);
+    size_t k = 0;
+    cv_.wait(lock, [&] {
+      for (k = 0; k < busy_.size(); ++k) {
+        if (!busy_[k]) return true;
+      }
+      return false;
+    });
+    busy_[k] = true;
+    return static_cast<int>(k);
+  }
+  void release(int lane) {
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      busy_[static_cast<size_t>(lane)] = false;
+    }
+    cv_.notify_all();
+  }
+
+  // Every lane, taken in order (so two callers cannot each hold half), released on destruction.
+  class All {
+   public:
+    explicit All(LanePool& p) : pool_(p) {
+      std::unique_lock<std::mutex> lock(p.mu_);
+      for (size_t k = 0; k < p.busy_.size(); ++k) {
+        p.cv_.wait(lock, [&] { return !p.busy_[k]; });
+        p.busy_[k] = true;
+      }
+    }
+    ~All() {
+      for (int k = 0; k < pool_.size(); ++k) pool_.release(k);
+    }
+    All(const All&) = delete;
+    All& operator=(const All&) = delete;
+
+   private:
+    LanePool& pool_;
+  };
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<bool> busy_;
+};
+
 }  // namespace
+
+struct StagedFrame::State {
+  LanePool* lanes = nullptr;  // the model's; the lane goes back when this is destroyed
+  int lane = -1;
+  Shape img_shape;
+  std::vector<ScaInputs> sca;  // eager: the image stage's outputs (replay: in the lane's plan)
+  Clock::time_point started;
+  double image_seconds = 0;
+
+  State() = default;
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+  ~State() {
+    if (lanes && lane >= 0) lanes->release(lane);
+  }
+};
+
+StagedFrame::StagedFrame() = default;
+StagedFrame::~StagedFrame() = default;
+StagedFrame::StagedFrame(StagedFrame&&) noexcept = default;
+StagedFrame& StagedFrame::operator=(StagedFrame&&) noexcept = default;
+std::chrono::steady_clock::time_point StagedFrame::started() const { return s_ ? s_->started : Clock::time_point{}; }
+double StagedFrame::image_seconds() const { return s_ ? s_->image_seconds : 0; }
 
 struct BevFormer::Impl {
   ModelConfig cfg;
@@ -57,11 +138,16 @@ struct BevFormer::Impl {
   HeadWeights head;
 
   bool replay = true;        // record each stage once, replay it after (false: eager every frame)
-  std::mutex mu;             // one frame at a time: the ops, the rig cache, the plans
+  LanePool lanes;            // frames in flight between their stages (1, or 2 when pipelined)
+  // Each stage runs one frame at a time. image_mu: `ops` (eager) and the image plans being
+  // recorded or replayed; bev_mu: `bev_ops`, the rig cache and its bev plans.
+  std::mutex image_mu, bev_mu;
+  Ops bev_ops;
   StreamHistory default_history;
 
-  Impl(ModelConfig c, const Checkpoint& ckpt, Backend& backend, bool replay_stages)
-      : cfg(std::move(c)), ops(backend), replay(replay_stages) {
+  Impl(ModelConfig c, const Checkpoint& ckpt, Backend& backend, bool replay_stages, bool pipelined)
+      : cfg(std::move(c)), ops(backend), replay(replay_stages), lanes(pipelined ? 2 : 1), bev_ops(backend) {
+    image_plans.resize(static_cast<size_t>(lanes.size()));
     validate_config(cfg);
     const WeightSource w(cfg, ckpt);
     resnet = load_resnet(ops, w, cfg.backbone);
@@ -204,6 +290,7 @@ struct BevFormer::Impl {
   struct ImagePlan {
     Shape shape;
     bool tapped = false;
+    uint64_t generation = 0;      // which recording: bev plans read the outputs of one
     Tensor img;                   // the input, rewritten in place every frame
     std::vector<ScaInputs> sca;   // the outputs (kept out of the arena)
     Taps taps{true};
@@ -212,15 +299,20 @@ struct BevFormer::Impl {
   struct BevPlan {
     bool use_prev = false;
     bool tapped = false;
+    int lane = 0;                  // whose image outputs it reads...
+    uint64_t image_generation = 0;  // ...as that lane's plan was recorded then
     EncoderInputs in;             // can_bus, tsa_reference, prev_bev, rotation_index: rewritten per frame
     BevOutputs out;
     Taps taps{true};
     Plan plan;
   };
-  std::unique_ptr<ImagePlan> image_plan;
+  // One image plan per lane (a frame in flight between its stages). Lane k's plan is touched
+  // only by the frame holding lane k, under image_mu while it records or replays it.
+  std::vector<std::unique_ptr<ImagePlan>> image_plans;
+  uint64_t image_recordings = 0;  // under image_mu
 
-  // A rig's geometry and its bev plans (one per history variant and tap setting), which read
-  // the rig's SCA query lists. Several vehicles with different rigs share one model, so the
+  // A rig's geometry and its bev plans (one per history variant, tap setting and lane), which
+  // read the rig's SCA query lists. Several vehicles with different rigs share one model, so the
   // last kMaxRigs rigs stay recorded; the least recently used beyond them is dropped.
   struct RigEntry {
     size_t id = 0;  // 1 for the first rig this model saw, 2 for the next new one...
@@ -228,7 +320,7 @@ struct BevFormer::Impl {
     std::vector<std::unique_ptr<BevPlan>> bev_plans;
   };
   static constexpr size_t kMaxRigs = 4;
-  std::vector<std::unique_ptr<RigEntry>> rigs;  // most recently used first
+  std::vector<std::unique_ptr<RigEntry>> rigs;  // most recently used first; under bev_mu
   size_t rigs_computed = 0;                     // rig geometries computed so far (tests, describe)
 
   // The frame's rig, moved to the front; computed (and the oldest dropped) when it is new.
@@ -252,9 +344,6 @@ struct BevFormer::Impl {
     }
     return *rigs.front();
   }
-  void clear_bev_plans() {
-    for (auto& r : rigs) r->bev_plans.clear();
-  }
 
   static std::vector<Tensor> tap_tensors(const Taps& t) {
     std::vector<Tensor> v;
@@ -272,47 +361,54 @@ struct BevFormer::Impl {
     for (const auto& [name, t] : refs.all()) out.put(name, plan.resolve(t));
   }
 
-  const std::vector<ScaInputs>& image_planned(const Tensor& img, Taps* taps) {
+  void image_planned(int lane, const Tensor& img, Taps* taps) {
     const bool tapped = taps != nullptr;
+    std::unique_ptr<ImagePlan>& image_plan = image_plans[static_cast<size_t>(lane)];
     if (!image_plan || image_plan->shape != img.shape() || image_plan->tapped != tapped) {
       auto p = std::make_unique<ImagePlan>();
       p->shape = img.shape();
       p->tapped = tapped;
+      p->generation = ++image_recordings;  // this lane's bev plans read the old outputs: stale now
       p->img = img.clone();
       Ops rec(ops.backend(), Ops::Mode::kRecord);
       p->sca = image_stage(rec, p->img, tapped ? &p->taps : nullptr);
       std::vector<Tensor> keep = tap_tensors(p->taps);
       for (const ScaInputs& s : p->sca) keep.push_back(s.value);
-      p->plan = Plan("image", rec.take_nodes(), keep);
+      p->plan = Plan(lane == 0 ? "image" : "image (lane " + std::to_string(lane + 1) + ")", rec.take_nodes(), keep);
       image_plan = std::move(p);
-      clear_bev_plans();  // they read the old plan's outputs
     } else {
       copy_into(image_plan->img, img);
       image_plan->plan.replay(ops.backend());
     }
     if (taps) materialize(image_plan->taps, image_plan->plan, *taps);
-    return image_plan->sca;
   }
 
-  const BevOutputs& bev_planned(const EncoderInputs& in, RigEntry& rig, Taps* taps) {
+  const BevOutputs& bev_planned(const EncoderInputs& in, RigEntry& rig, int lane, Taps* taps) {
     const RigGeometry& rg = rig.geometry;
+    const ImagePlan& image_plan = *image_plans[static_cast<size_t>(lane)];
     std::vector<std::unique_ptr<BevPlan>>& bev_plans = rig.bev_plans;
+    // Plans that read an earlier recording of this lane's image plan would read freed outputs.
+    std::erase_if(bev_plans, [&](const std::unique_ptr<BevPlan>& p) {
+      return p->lane == lane && p->image_generation != image_plan.generation;
+    });
     const bool use_prev = in.prev_bev.defined(), tapped = taps != nullptr;
     BevPlan* plan = nullptr;
     for (auto& p : bev_plans) {
-      if (p->use_prev == use_prev && p->tapped == tapped) plan = p.get();
+      if (p->use_prev == use_prev && p->tapped == tapped && p->lane == lane) plan = p.get();
     }
     if (plan == nullptr) {
       auto p = std::make_unique<BevPlan>();
       p->use_prev = use_prev;
       p->tapped = tapped;
+      p->lane = lane;
+      p->image_generation = image_plan.generation;
       p->in.can_bus = in.can_bus.clone();
       p->in.tsa_reference = in.tsa_reference.clone();
       if (use_prev) {
         p->in.prev_bev = in.prev_bev.clone();
         p->in.rotation_index = in.rotation_index.clone();
       }
-      p->in.sca = image_plan->sca;
+      p->in.sca = image_plan.sca;
       for (ScaInputs& s : p->in.sca) {
         s.query_index = rg.plan.query_index;
         s.reference = rg.plan.reference;
@@ -325,8 +421,10 @@ struct BevFormer::Impl {
                               p->out.top_index}) {
         keep.push_back(t);
       }
-      const std::string name = use_prev ? "bev (with history" : "bev (first frame";
-      p->plan = Plan(name + (rig.id > 1 ? ", rig " + std::to_string(rig.id) : "") + ")", rec.take_nodes(), keep);
+      std::string name = use_prev ? "bev (with history" : "bev (first frame";
+      if (rig.id > 1) name += ", rig " + std::to_string(rig.id);
+      if (lane > 0) name += ", lane " + std::to_string(lane + 1);
+      p->plan = Plan(name + ")", rec.take_nodes(), keep);
       plan = p.get();
       bev_plans.push_back(std::move(p));
     } else {
@@ -342,13 +440,41 @@ struct BevFormer::Impl {
     return plan->out;
   }
 
-  FrameOutput forward(const FrameInput& f, StreamHistory& history, Taps* taps) {
-    const std::lock_guard<std::mutex> lock(mu);
-    using Clock = std::chrono::steady_clock;
-    const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
-    FrameOutput out;
-    auto t_part = Clock::now();
+  // ---- the two stages of a frame, apart ----
+
+  std::unique_ptr<StagedFrame::State> run_image(const FrameInput& f, Taps* taps) {
     check_frame(f);
+    auto st = std::make_unique<StagedFrame::State>();
+    st->lane = lanes.acquire();  // released when st is destroyed (by run_bev, or on a throw)
+    st->lanes = &lanes;
+    st->img_shape = f.img.shape();
+    const std::lock_guard<std::mutex> lock(image_mu);
+    st->started = Clock::now();
+    if (replay) {
+      image_planned(st->lane, f.img, taps);
+    } else {
+      st->sca = image_stage(ops, f.img, taps);
+    }
+    st->image_seconds = seconds_since(st->started);
+    return st;
+  }
+
+  FrameOutput run_bev(const FrameInput& f, std::unique_ptr<StagedFrame::State> st, StreamHistory& history,
+                      Taps* taps) {
+    if (!st || st->lanes != &lanes) {
+      throw Error(ErrorKind::kInvalidInput, st ? "a frame staged by another model" : "an empty staged frame")
+          .where("run_bev")
+          .expected("the result of this model's run_image for the same frame");
+    }
+    if (f.img.shape() != st->img_shape) {
+      bad_frame("img is " + f.img.describe() + " but the staged frame's was " + shape_str(st->img_shape),
+                "the frame given to run_image");
+    }
+    check_frame(f);
+    const std::lock_guard<std::mutex> lock(bev_mu);
+    FrameOutput out;
+    out.image_seconds = st->image_seconds;
+    auto t_part = Clock::now();
     // The history changes only when the frame completes: a failure leaves it as it was.
     TemporalState next_state = history.state;
     const TemporalStep step = temporal_step(next_state, f.scene_token, f.can_bus, cfg.video_test_mode);
@@ -378,33 +504,27 @@ struct BevFormer::Impl {
       taps->put("dbg.bev_mask", mask.reshape({mask.size(0), 1, mask.size(1), mask.size(2)}));
       taps->put("dbg.bev_mask_count", i64_tensor(rg.plan.count_per_camera));
     }
-
     out.geometry_seconds = seconds_since(t_part);
+
+    t_part = Clock::now();
     BevOutputs r;
     if (replay) {
-      t_part = Clock::now();
-      image_planned(f.img, taps);
-      out.image_seconds = seconds_since(t_part);
-      t_part = Clock::now();
-      r = bev_planned(in, rig, taps);
+      r = bev_planned(in, rig, st->lane, taps);
       // The plan's buffers are reused by the next frame (of any stream): copy what leaves.
       for (Tensor* t : {&r.bev_embed, &r.all_cls, &r.all_preds, &r.last_preds, &r.top_scores, &r.top_index}) {
         *t = t->clone();
       }
-      out.bev_seconds = seconds_since(t_part);
     } else {
-      t_part = Clock::now();
-      in.sca = image_stage(ops, f.img, taps);
+      in.sca = std::move(st->sca);
       for (ScaInputs& s : in.sca) {
         s.query_index = rg.plan.query_index;
         s.reference = rg.plan.reference;
         s.inv_count = rg.plan.inv_count;
       }
-      out.image_seconds = seconds_since(t_part);
-      t_part = Clock::now();
-      r = bev_stage(ops, in, taps);
-      out.bev_seconds = seconds_since(t_part);
+      r = bev_stage(bev_ops, in, taps);
     }
+    st.reset();  // the lane's outputs are read: the next frame's image stage may take it
+    out.bev_seconds = seconds_since(t_part);
 
     t_part = Clock::now();
     out.detections = decode_detections(cfg.head, r.top_scores, r.top_index, r.last_preds);
@@ -420,9 +540,23 @@ struct BevFormer::Impl {
     return out;
   }
 
+  FrameOutput forward(const FrameInput& f, StreamHistory& history, Taps* taps) {
+    return run_bev(f, run_image(f, taps), history, taps);
+  }
+
+  // Every lane (no frame in flight) and both stages' locks: for replays outside frames and for
+  // reading the plans.
+  struct Quiet {
+    explicit Quiet(Impl& m) : held(m.lanes), lock(m.image_mu, m.bev_mu) {}
+    LanePool::All held;
+    std::scoped_lock<std::mutex, std::mutex> lock;
+  };
+
   std::string describe() const {
     std::string s;
-    if (image_plan) s += image_plan->plan.describe();
+    for (const auto& p : image_plans) {
+      if (p) s += p->plan.describe();
+    }
     for (const auto& r : rigs) {
       for (const auto& p : r->bev_plans) s += p->plan.describe();
     }
@@ -430,8 +564,8 @@ struct BevFormer::Impl {
   }
 };
 
-BevFormer::BevFormer(ModelConfig cfg, const Checkpoint& checkpoint, Backend& backend, bool replay)
-    : impl_(std::make_unique<Impl>(std::move(cfg), checkpoint, backend, replay)) {}
+BevFormer::BevFormer(ModelConfig cfg, const Checkpoint& checkpoint, Backend& backend, bool replay, bool pipelined)
+    : impl_(std::make_unique<Impl>(std::move(cfg), checkpoint, backend, replay, pipelined)) {}
 BevFormer::~BevFormer() = default;
 
 const ModelConfig& BevFormer::config() const { return impl_->cfg; }
@@ -446,23 +580,42 @@ FrameOutput BevFormer::forward(const FrameInput& frame, Taps* taps) {
 
 void BevFormer::reset_history() { impl_->default_history = StreamHistory{}; }
 
+StagedFrame BevFormer::run_image(const FrameInput& frame, Taps* taps) {
+  StagedFrame staged;
+  staged.s_ = impl_->run_image(frame, taps);
+  return staged;
+}
+
+FrameOutput BevFormer::run_bev(const FrameInput& frame, StagedFrame staged, StreamHistory& history, Taps* taps) {
+  return impl_->run_bev(frame, std::move(staged.s_), history, taps);
+}
+
+FrameOutput BevFormer::run_bev(const FrameInput& frame, StagedFrame staged, Taps* taps) {
+  return impl_->run_bev(frame, std::move(staged.s_), impl_->default_history, taps);
+}
+
+int BevFormer::lanes() const { return impl_->lanes.size(); }
+
 void BevFormer::replay_recorded_stages() {
-  const std::lock_guard<std::mutex> lock(impl_->mu);
-  if (impl_->image_plan) impl_->image_plan->plan.replay(impl_->ops.backend());
+  const Impl::Quiet quiet(*impl_);
+  for (const auto& p : impl_->image_plans) {
+    if (p) p->plan.replay(impl_->ops.backend());
+  }
   for (const auto& r : impl_->rigs) {
     for (const auto& p : r->bev_plans) p->plan.replay(impl_->ops.backend());
   }
 }
 
 bool BevFormer::replay_image_stage() {
-  const std::lock_guard<std::mutex> lock(impl_->mu);
-  if (!impl_->image_plan) return false;
-  impl_->image_plan->plan.replay(impl_->ops.backend());
+  const Impl::Quiet quiet(*impl_);
+  const auto& p = impl_->image_plans.front();
+  if (!p) return false;
+  p->plan.replay(impl_->ops.backend());
   return true;
 }
 
 bool BevFormer::replay_bev_stage(bool with_history) {
-  const std::lock_guard<std::mutex> lock(impl_->mu);
+  const Impl::Quiet quiet(*impl_);
   if (impl_->rigs.empty()) return false;
   for (const auto& p : impl_->rigs.front()->bev_plans) {  // the last frame's rig
     if (p->use_prev == with_history && !p->tapped) {
@@ -474,12 +627,14 @@ bool BevFormer::replay_bev_stage(bool with_history) {
 }
 
 std::vector<BevFormer::PlanInfo> BevFormer::plan_info() const {
-  const std::lock_guard<std::mutex> lock(impl_->mu);
+  const Impl::Quiet quiet(*impl_);
   std::vector<PlanInfo> out;
   auto add = [&out](const Plan& p) {
     out.push_back({p.name(), p.nodes().size(), p.buffers(), p.arena_bytes(), p.no_reuse_bytes()});
   };
-  if (impl_->image_plan) add(impl_->image_plan->plan);
+  for (const auto& p : impl_->image_plans) {
+    if (p) add(p->plan);
+  }
   for (const auto& r : impl_->rigs) {
     for (const auto& p : r->bev_plans) add(p->plan);
   }
@@ -487,12 +642,12 @@ std::vector<BevFormer::PlanInfo> BevFormer::plan_info() const {
 }
 
 size_t BevFormer::rigs_seen() const {
-  const std::lock_guard<std::mutex> lock(impl_->mu);
+  const Impl::Quiet quiet(*impl_);
   return impl_->rigs_computed;
 }
 
 std::string BevFormer::describe() const {
-  const std::lock_guard<std::mutex> lock(impl_->mu);
+  const Impl::Quiet quiet(*impl_);
   return impl_->describe();
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,6 +46,27 @@ struct StreamHistory {
   Tensor prev_bev;  // [HW, C], the last frame's bev_embed
 };
 
+// A frame between its two stages (DESIGN §1): what BevFormer::run_image made, for run_bev of
+// the same frame. It holds one of the model's image lanes (the image plan whose outputs carry
+// this frame) until run_bev has read them, or until it is destroyed. Move-only.
+class StagedFrame {
+ public:
+  StagedFrame();
+  ~StagedFrame();
+  StagedFrame(StagedFrame&&) noexcept;
+  StagedFrame& operator=(StagedFrame&&) noexcept;
+
+  bool empty() const { return s_ == nullptr; }
+  // When the image stage began its work (after waiting for a lane), and how long it took.
+  std::chrono::steady_clock::time_point started() const;
+  double image_seconds() const;
+
+ private:
+  friend class BevFormer;
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
 class BevFormer {
  public:
   // Binds and validates every weight the config needs (all problems reported at once) and
@@ -53,7 +75,11 @@ class BevFormer {
   // replay: each stage is recorded once per input shape (and history variant) into a plan with
   // its activations in one arena, then replayed (bit-identical to eager); false runs every
   // frame eagerly (debugging).
-  BevFormer(ModelConfig cfg, const Checkpoint& checkpoint, Backend& backend, bool replay = true);
+  // pipelined: two image lanes, so the image stage of one frame can run while the bev stage of
+  // the frame before it runs (run_image / run_bev on two threads, or forward() from several);
+  // the image plan and its outputs exist twice. Otherwise one frame is in flight at a time.
+  BevFormer(ModelConfig cfg, const Checkpoint& checkpoint, Backend& backend, bool replay = true,
+            bool pipelined = false);
   ~BevFormer();
   BevFormer(const BevFormer&) = delete;
   BevFormer& operator=(const BevFormer&) = delete;
@@ -68,6 +94,17 @@ class BevFormer {
   FrameOutput forward(const FrameInput& frame, Taps* taps = nullptr);
   void reset_history();
 
+  // forward() is run_bev(frame, run_image(frame)). Apart, they pipeline: run_image of frame t+1
+  // on one thread runs while run_bev of frame t runs on another, each stage one frame at a
+  // time, with results identical to forward(). The image stage needs no history, so frames of
+  // one stream may be staged ahead; run_bev must see them in stream order. run_image waits for a
+  // free lane: a thread must not hold more unfinished StagedFrames than lanes() (it would wait
+  // for itself). A frame that fails its checks throws from run_image.
+  StagedFrame run_image(const FrameInput& frame, Taps* taps = nullptr);
+  FrameOutput run_bev(const FrameInput& frame, StagedFrame staged, StreamHistory& history, Taps* taps = nullptr);
+  FrameOutput run_bev(const FrameInput& frame, StagedFrame staged, Taps* taps = nullptr);
+  int lanes() const;  // frames in flight at once: 2 when pipelined, else 1
+
   // The recorded plans so far: per stage its ops, shapes, buffer offsets and arena size.
   std::string describe() const;
   // Replays every recorded stage once on the inputs it holds, with no host work around it (the
@@ -75,6 +112,7 @@ class BevFormer {
   void replay_recorded_stages();
   // The profiler's replays: one recorded stage on the inputs it holds, the image plan or the
   // (untapped) bev plan of one history variant. False when that stage has not been recorded.
+  // These, replay_recorded_stages and the describers wait until no frame is in flight.
   bool replay_image_stage();
   bool replay_bev_stage(bool with_history);
 

@@ -38,6 +38,7 @@ class CpuBackend final : public Backend {
 
   std::shared_ptr<const void> prepare(OpKind kind, const OpAttrs& attrs, const Tensor& weight,
                                       const Tensor* bias) override {
+    team_width_on_this_thread();
     switch (kind) {
       case OpKind::conv2d:
         return std::make_shared<const cpu::Conv2d>(weight, bias, std::get<Conv2dAttrs>(attrs), precision_);
@@ -53,6 +54,7 @@ class CpuBackend final : public Backend {
   }
 
   void run(const OpNode& n) override {
+    team_width_on_this_thread();
     const auto& in = n.inputs;
     const Tensor& out = n.outputs.front();
     switch (n.kind) {
@@ -183,6 +185,13 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // OpenMP's thread count is per calling thread: a thread that never called omp_set_num_threads
+  // (a server worker, the pipelined image stage's thread) would run oneDNN's primitives, and
+  // create them, on every hardware thread instead of the backend's `threads`.
+  void team_width_on_this_thread() const {
+    if (cpu::num_threads() != pool_.size()) cpu::set_num_threads(pool_.size());
+  }
+
   ThreadPool pool_;
   Precision precision_;
 };
