@@ -94,7 +94,12 @@ PreparedWeights Ops::prepare_linear(const Tensor& weight_out_in, const Tensor* b
 
 // ---- plumbing ----
 
-Tensor Ops::output(const Shape& shape, DType dtype) { return Tensor::empty(shape, dtype); }
+Tensor Ops::output(const Shape& shape, DType dtype) {
+  if (mode_ != Mode::kPlan) return Tensor::empty(shape, dtype);
+  const int64_t n = shape_numel(shape);
+  return Tensor::view_of(Storage::deferred(static_cast<size_t>(n) * dtype_size(dtype)), dtype, shape,
+                         contiguous_strides(shape), 0);
+}
 
 Tensor Ops::emit(OpNode node) {
   // Kernels read dense rows; a strided view would need a hidden copy (and an allocation in every
@@ -108,13 +113,14 @@ Tensor Ops::emit(OpNode node) {
     }
   }
   node.stage = stage_;
-  backend_.run(node);
+  if (mode_ != Mode::kPlan) backend_.run(node);
   Tensor out = node.outputs.front();
-  if (mode_ == Mode::kRecord) nodes_.push_back(std::move(node));
+  if (mode_ != Mode::kEager) nodes_.push_back(std::move(node));
   return out;
 }
 
 void Ops::replay() {
+  if (mode_ == Mode::kPlan) throw Error(ErrorKind::kInternal, "Ops::replay of a kPlan recording (build a Plan)");
   for (const OpNode& n : nodes_) backend_.run(n);
 }
 

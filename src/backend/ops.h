@@ -24,7 +24,10 @@ struct PreparedWeights {
 
 class Ops {
  public:
-  enum class Mode { kEager, kRecord };
+  // kRecord runs each op and keeps it. kPlan keeps the ops without running them: outputs get
+  // deferred storage (no memory), which a Plan then places in its arena, so recording a stage
+  // never holds every intermediate at once; the Plan's first replay computes the values.
+  enum class Mode { kEager, kRecord, kPlan };
 
   explicit Ops(Backend& backend, Mode mode = Mode::kEager) : backend_(backend), mode_(mode) {}
 

@@ -81,10 +81,18 @@ Plan::Plan(std::string name, std::vector<OpNode> nodes, const std::vector<Tensor
     moved_[s] = Storage::borrow(static_cast<char*>(arena_->data()) + p.offset, s->bytes(), arena_);
   }
   // Point every node at the arena. The recording's values are not carried over: replay
-  // recomputes every moved buffer before it is read.
+  // recomputes every moved buffer before it is read. Deferred buffers that stay outside the
+  // arena (the pinned outputs) get their own memory now.
   for (OpNode& n : nodes_) {
-    for (Tensor& t : n.inputs) t = resolve(t);
-    for (Tensor& t : n.outputs) t = resolve(t);
+    for (std::vector<Tensor>* ts : {&n.inputs, &n.outputs}) {
+      for (Tensor& t : *ts) {
+        t = resolve(t);
+        if (t.defined()) t.storage()->materialize();
+      }
+    }
+  }
+  for (const Tensor& t : keep) {
+    if (t.defined()) t.storage()->materialize();
   }
 }
 

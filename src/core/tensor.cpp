@@ -56,6 +56,22 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes) {
   return s;
 }
 
+std::shared_ptr<Storage> Storage::deferred(size_t bytes) {
+  auto s = std::shared_ptr<Storage>(new Storage());
+  s->bytes_ = bytes;
+  s->deferred_ = true;
+  return s;
+}
+
+void Storage::materialize() {
+  if (!deferred_) return;
+  const std::shared_ptr<Storage> owned = allocate(bytes_);
+  data_ = owned->data_;
+  deleter_ = std::move(owned->deleter_);
+  owned->data_ = nullptr;  // this storage frees it now
+  deferred_ = false;
+}
+
 std::shared_ptr<Storage> Storage::borrow(void* data, size_t bytes, std::shared_ptr<const void> owner,
                                          Device device) {
   auto s = std::shared_ptr<Storage>(new Storage());
@@ -169,6 +185,10 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::raw_data() const {
   if (!storage_) throw Error(ErrorKind::kInternal, "data of an undefined tensor");
+  if (storage_->is_deferred()) {
+    throw Error(ErrorKind::kInternal, "data of " + describe() + ", a planned buffer that has no memory yet")
+        .hint("a stage recorded with Ops::Mode::kPlan computes nothing until its Plan replays it");
+  }
   return static_cast<uint8_t*>(storage_->data()) + offset_ * static_cast<int64_t>(dtype_size(dtype_));
 }
 

@@ -40,6 +40,10 @@ class Storage {
   // Memory released by `deleter` (backends use this for device allocations).
   static std::shared_ptr<Storage> adopt(void* data, size_t bytes, Device device,
                                         std::function<void(void*)> deleter);
+  // A host buffer whose size is known but whose memory comes later (a planned stage's
+  // intermediates: the plan places them in its arena, or materialize() allocates them). Reading
+  // its data before then is an internal error.
+  static std::shared_ptr<Storage> deferred(size_t bytes);
 
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -48,9 +52,13 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  bool is_deferred() const { return deferred_; }
+  // Gives a deferred storage its own memory (uninitialized); a no-op for any other storage.
+  void materialize();
 
  private:
   Storage() = default;
+  bool deferred_ = false;
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device device_ = Device::kCpu;

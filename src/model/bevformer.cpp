@@ -370,7 +370,9 @@ struct BevFormer::Impl {
       p->tapped = tapped;
       p->generation = ++image_recordings;  // this lane's bev plans read the old outputs: stale now
       p->img = img.clone();
-      Ops rec(ops.backend(), Ops::Mode::kRecord);
+      // Recorded without running (each intermediate would otherwise hold its own memory until
+      // the plan exists: tiny 1050 MiB against a 281 MiB arena), then computed by the first replay.
+      Ops rec(ops.backend(), Ops::Mode::kPlan);
       p->sca = image_stage(rec, p->img, tapped ? &p->taps : nullptr);
       std::vector<Tensor> keep = tap_tensors(p->taps);
       for (const ScaInputs& s : p->sca) keep.push_back(s.value);
@@ -378,8 +380,8 @@ struct BevFormer::Impl {
       image_plan = std::move(p);
     } else {
       copy_into(image_plan->img, img);
-      image_plan->plan.replay(ops.backend());
     }
+    image_plan->plan.replay(ops.backend());
     if (taps) materialize(image_plan->taps, image_plan->plan, *taps);
   }
 
@@ -414,7 +416,7 @@ struct BevFormer::Impl {
         s.reference = rg.plan.reference;
         s.inv_count = rg.plan.inv_count;
       }
-      Ops rec(ops.backend(), Ops::Mode::kRecord);
+      Ops rec(ops.backend(), Ops::Mode::kPlan);  // computed by the replay below, as the image plan
       p->out = bev_stage(rec, p->in, tapped ? &p->taps : nullptr);
       std::vector<Tensor> keep = tap_tensors(p->taps);
       for (const Tensor& t : {p->out.bev_embed, p->out.all_cls, p->out.all_preds, p->out.last_preds, p->out.top_scores,
@@ -434,8 +436,8 @@ struct BevFormer::Impl {
         copy_into(plan->in.prev_bev, in.prev_bev);
         copy_into(plan->in.rotation_index, in.rotation_index);
       }
-      plan->plan.replay(ops.backend());
     }
+    plan->plan.replay(ops.backend());
     if (taps) materialize(plan->taps, plan->plan, *taps);
     return plan->out;
   }
