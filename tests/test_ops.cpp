@@ -9,6 +9,8 @@
 
 #include "backend/cpu/onednn.h"
 #include "backend/ops.h"
+#include "backend/plan.h"
+#include "bevformer/error.h"
 
 namespace bev {
 namespace {
@@ -133,6 +135,26 @@ TEST(Ops, ReplayOnNewInputsEqualsEager) {
   const Tensor expect = stage.run(eager, next);
   EXPECT_TRUE(identical(out, expect));
   EXPECT_TRUE(eager.nodes().empty());
+}
+
+// Plan mode keeps the ops without running them: its outputs have no memory (reading one is an
+// internal error, not garbage) until a Plan places them, and the plan's first replay equals an
+// eager run, with the intermediates sharing one arena smaller than their sum.
+TEST(Ops, PlannedWithoutRunningEqualsEager) {
+  auto backend = make_cpu_backend(2, Precision::kF32);
+  Ops rec(*backend, Ops::Mode::kPlan);
+  MiniStage stage(rec);
+  const Tensor input = random({2, 9, 11, 5}, 32);
+  const Tensor out = stage.run(rec, input);
+  ASSERT_TRUE(out.storage()->is_deferred());
+  EXPECT_THROW((void)out.raw_data(), Error);
+  EXPECT_THROW(rec.replay(), Error);
+  const Plan plan("mini", rec.take_nodes(), {out});
+  EXPECT_FALSE(out.storage()->is_deferred());
+  EXPECT_LT(plan.arena_bytes(), plan.no_reuse_bytes());
+  plan.replay(*backend);
+  Ops eager(*backend, Ops::Mode::kEager);
+  EXPECT_TRUE(identical(out, stage.run(eager, input)));
 }
 
 // OpenMP's thread count belongs to each calling thread. A thread that never set it (a server
