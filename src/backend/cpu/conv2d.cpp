@@ -68,7 +68,7 @@ struct Conv2d::State {
     dnnl::memory scratchpad;
     dnnl::memory::desc src_md, dst_md;  // the run's tensors (src f32 or bf16; dst and residual too)
     dnnl::reorder to_bf16;  // bf16 mode with an f32 source: f32 NHWC source -> src_bf16
-    dnnl::memory src_bf16;
+    dnnl::memory src_bf16;  // unbound: the thread's conversion scratch
     dnnl::reorder copy_residual;  // a separate residual tensor -> y (a parallel copy)
     // The run's tensors, bound to these before each run (made once: see cpu::bind).
     dnnl::memory src, dst, residual;
@@ -215,6 +215,7 @@ struct Conv2d::State {
     const char* src = static_cast<const char*>(x.raw_data());
     if (p.to_bf16) {
       bind(p.src, x);
+      bind_conversion_scratch(p.src_bf16, 0);
       execute_reorder(p.to_bf16, st, p.src, p.src_bf16);
       src = static_cast<const char*>(p.src_bf16.get_data_handle());
     }
@@ -254,7 +255,7 @@ struct Conv2d::State {
     p.src_md = dnnl::memory::desc({n, in_ch_per_group * groups(), h, w}, in_dt, tag::nhwc);
     if (precision == Precision::kBF16 && in_dt == dt::f32) {
       const dnnl::memory::desc bf16_md({n, in_ch_per_group * groups(), h, w}, dt::bf16, tag::nhwc);
-      p.src_bf16 = dnnl::memory(bf16_md, engine());
+      p.src_bf16 = unbound(bf16_md);  // bound to this thread's conversion scratch per run
       p.to_bf16 = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), p.src_md, engine(), bf16_md));
     }
     p.src = unbound(p.src_md);
@@ -403,6 +404,7 @@ void Conv2d::run(const Tensor& x, const Tensor* residual, Tensor& y) const {
   bind(p.src, x);
   dnnl_memory_t src = p.src.get();
   if (s.precision == Precision::kBF16 && x.dtype() == DType::kF32) {
+    bind_conversion_scratch(p.src_bf16, 0);
     execute_reorder(p.to_bf16, st, p.src, p.src_bf16);
     src = p.src_bf16.get();
   }

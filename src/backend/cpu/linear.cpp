@@ -97,7 +97,7 @@ struct Linear::State {
     p.src_f32_md = dnnl::memory::desc({m, in}, dt::f32, tag::ab);
     p.dst_md = p.pd.dst_desc();
     if (precision == Precision::kBF16) {
-      p.src_bf16 = dnnl::memory(p.pd.src_desc(), engine());
+      p.src_bf16 = unbound(p.pd.src_desc());  // bound to this thread's conversion scratch per run
       p.src_to_bf16 = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), p.src_f32_md, engine(), p.pd.src_desc()));
     }
     p.src = unbound(p.src_f32_md);
@@ -170,6 +170,7 @@ void Linear::run(const Tensor& x, Tensor& y) const {
   bind(p.dst, y);
   dnnl_memory_t src = p.src.get();
   if (s.precision == Precision::kBF16) {
+    bind_conversion_scratch(p.src_bf16, 0);
     execute_reorder(p.src_to_bf16, st, p.src, p.src_bf16);
     src = p.src_bf16.get();
   }
@@ -224,9 +225,10 @@ MatmulPlan make_batched_plan(const BatchedKey& key) {
   p.scratchpad = dnnl::memory(p.pd.scratchpad_desc(), engine());
   p.dst_md = y_md;
   if (bf16) {
-    p.src_bf16 = dnnl::memory(p.pd.src_desc(), engine());
+    p.src_bf16 = unbound(p.pd.src_desc());  // the thread's conversion scratch, slot 0
+
     p.src_to_bf16 = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), p.src_f32_md, engine(), p.pd.src_desc()));
-    p.b_bf16 = dnnl::memory(p.pd.weights_desc(), engine());
+    p.b_bf16 = unbound(p.pd.weights_desc());  // slot 1
     p.b_to_bf16 = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), b_f32_desc(key), engine(), p.pd.weights_desc()));
   }
   p.src = unbound(p.src_f32_md);
@@ -268,6 +270,8 @@ void batched_matmul(const Tensor& a, const Tensor& b, bool transpose_b, float sc
   bind(p.dst, y);
   dnnl_memory_t a_mem = p.src.get(), b_mem = p.b.get();
   if (precision == Precision::kBF16) {
+    bind_conversion_scratch(p.src_bf16, 0);
+    bind_conversion_scratch(p.b_bf16, 1);
     execute_reorder(p.src_to_bf16, st, p.src, p.src_bf16);
     execute_reorder(p.b_to_bf16, st, p.b, p.b_bf16);
     a_mem = p.src_bf16.get();

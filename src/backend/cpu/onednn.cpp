@@ -3,6 +3,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -101,6 +103,32 @@ void bind(const dnnl::memory& mem, const Tensor& t) {
 }
 
 void bind(const dnnl::memory& mem, void* data) { mem.set_data_handle(data); }
+
+void* conversion_scratch(int slot, size_t bytes) {
+  struct Buffer {
+    void* data = nullptr;
+    size_t bytes = 0;
+    ~Buffer() { std::free(data); }
+  };
+  thread_local std::array<Buffer, 2> buffers;
+  if (slot < 0 || slot >= static_cast<int>(buffers.size())) {
+    throw Error(ErrorKind::kInternal, "conversion scratch slot " + std::to_string(slot));
+  }
+  Buffer& b = buffers[static_cast<size_t>(slot)];
+  if (b.bytes < bytes) {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (!p) throw Error(ErrorKind::kIo, "out of memory allocating " + std::to_string(bytes) + " bytes of bf16 scratch");
+    std::free(b.data);
+    b.data = p;
+    b.bytes = rounded;
+  }
+  return b.data;
+}
+
+void bind_conversion_scratch(const dnnl::memory& mem, int slot) {
+  mem.set_data_handle(conversion_scratch(slot, mem.get_desc().get_size()));
+}
 
 void execute(const dnnl::primitive& prim, dnnl::stream& stream, std::span<const dnnl_exec_arg_t> args) {
   const dnnl_status_t status =
