@@ -4,7 +4,8 @@
 //   small 1280x736: layer3 46x80,  layer4 23x40
 // tiny (R50, no DCN) has none. GFLOP/s counts 2*Ho*Wo*Cout*Cin*9 per image (the matmul; the
 // bilinear sampling is extra work not counted). "matmul_only" runs oneDNN's f32 matmul of the
-// same [Ho*Wo*N, 9*Cin] x [9*Cin, Cout] at once: the ceiling the tiled DCN can approach.
+// same [Ho*Wo*N, 9*Cin] x [9*Cin, Cout] at once: the ceiling the tiled DCN can approach. The
+// bf16 rows run the backend's bf16 precision (bf16 columns and weight, f32 output).
 //
 //   bench_dcn [--benchmark_min_time=2] [--benchmark_repetitions=3]
 // The machine is shared: the load average is printed in the context, read it with the numbers.
@@ -39,16 +40,18 @@ benchmark::Counter gflops_counter(int64_t n, int64_t h, int64_t w, int64_t c) {
   return benchmark::Counter(gflop, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// args: cameras, H, W, C (Cin = Cout), column budget in MiB.
+// args: cameras, H, W, C (Cin = Cout), column budget in MiB, bf16 (0/1: columns and weight in
+// bf16, the backend's bf16 precision).
 void BM_dcn(benchmark::State& state) {
   const int64_t n = state.range(0), h = state.range(1), w = state.range(2), c = state.range(3);
   const size_t budget = static_cast<size_t>(state.range(4)) << 20;
+  const bev::Precision precision = state.range(5) ? bev::Precision::kBF16 : bev::Precision::kF32;
   const Tensor x = random_tensor({n, h, w, c}, 1, -1.0f, 1.0f);
   const Tensor wt = random_tensor({c, c, 3, 3}, 2, -0.05f, 0.05f);
   const Tensor om = random_tensor({n, h, w, 27}, 3, -2.0f, 2.0f);  // offsets within ±2 px, moderate masks
   Tensor y = Tensor::empty({n, h, w, c}, DType::kF32);
   bev::ThreadPool pool(0);
-  const bev::cpu::DeformConv2d dcn(wt, nullptr, 1, 1, 1, budget);
+  const bev::cpu::DeformConv2d dcn(wt, nullptr, 1, 1, 1, budget, precision);
   dcn.run(x, om, y, pool);  // warm: primitives and scratch
   for (auto _ : state) {
     dcn.run(x, om, y, pool);
@@ -79,15 +82,21 @@ void BM_matmul_only(benchmark::State& state) {
 
 // Budgets: 2, 8 (the default) and 32 MiB of column tile.
 BENCHMARK(BM_dcn)
-    ->ArgNames({"cams", "H", "W", "C", "MiB"})
-    ->Args({6, 58, 100, 256, 8})   // base layer3
-    ->Args({6, 58, 100, 256, 2})
-    ->Args({6, 58, 100, 256, 32})
-    ->Args({6, 29, 50, 512, 8})    // base layer4
-    ->Args({6, 29, 50, 512, 2})
-    ->Args({6, 29, 50, 512, 32})
-    ->Args({6, 46, 80, 256, 8})    // small layer3
-    ->Args({6, 23, 40, 512, 8})    // small layer4
+    ->ArgNames({"cams", "H", "W", "C", "MiB", "bf16"})
+    ->Args({6, 58, 100, 256, 8, 0})   // base layer3
+    ->Args({6, 58, 100, 256, 2, 0})
+    ->Args({6, 58, 100, 256, 32, 0})
+    ->Args({6, 29, 50, 512, 8, 0})    // base layer4
+    ->Args({6, 29, 50, 512, 2, 0})
+    ->Args({6, 29, 50, 512, 32, 0})
+    ->Args({6, 46, 80, 256, 8, 0})    // small layer3
+    ->Args({6, 23, 40, 512, 8, 0})    // small layer4
+    ->Args({6, 58, 100, 256, 8, 1})   // bf16: base layer3, layer4; small layer3, layer4
+    ->Args({6, 58, 100, 256, 2, 1})
+    ->Args({6, 58, 100, 256, 32, 1})
+    ->Args({6, 29, 50, 512, 8, 1})
+    ->Args({6, 46, 80, 256, 8, 1})
+    ->Args({6, 23, 40, 512, 8, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -44,7 +44,8 @@ class CpuBackend final : public Backend {
         return std::make_shared<const cpu::Conv2d>(weight, bias, std::get<Conv2dAttrs>(attrs), precision_);
       case OpKind::deform_conv2d: {
         const auto& a = std::get<DeformConv2dAttrs>(attrs);
-        return std::make_shared<const cpu::DeformConv2d>(weight, bias, a.stride, a.pad, a.dilation);
+        return std::make_shared<const cpu::DeformConv2d>(weight, bias, a.stride, a.pad, a.dilation,
+                                                         cpu::DeformConv2d::kDefaultColBudgetBytes, precision_);
       }
       case OpKind::linear:
         return std::make_shared<const cpu::Linear>(weight, bias, std::get<LinearAttrs>(attrs).relu, precision_);

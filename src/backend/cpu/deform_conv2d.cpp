@@ -13,10 +13,12 @@
 #include <mutex>
 #include <string>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/kernel_check.h"
 #include "backend/cpu/onednn.h"
+#include "core/half.h"
 
 namespace bev::cpu {
 namespace {
@@ -90,10 +92,64 @@ __attribute__((target("avx512f"))) void combine_avx512(const Corners& k, float m
   }
 }
 
+// The same sample written as bf16 (round to nearest even, NaN kept quiet: core/half.h's
+// float_to_bf16), for the bf16 column tile.
+void combine_scalar_bf16(const Corners& k, float mask, uint16_t* d, int64_t C) {
+  for (int64_t c = 0; c < C; ++c) {
+    float v = 0.0f;
+    for (int q = 0; q < k.n; ++q) v += k.w[q] * k.p[q][c];
+    d[c] = float_to_bf16(v * mask);
+  }
+}
+
+#define BEV_AVX512_BW __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+// float_to_bf16 on 16 lanes, bit for bit (integer rounding, not vcvtneps2bf16, which flushes
+// denormals and needs avx512_bf16).
+BEV_AVX512_BW inline __m256i to_bf16(__m512 v) {
+  // (maskz_ forms: GCC 12 warns on the _mm512_undefined source of the unmasked ones.)
+  const __mmask16 all = 0xFFFF;
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i hi = _mm512_maskz_srli_epi32(all, u, 16);
+  const __m512i bias = _mm512_add_epi32(_mm512_and_si512(hi, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7fff));
+  __m512i r = _mm512_maskz_srli_epi32(all, _mm512_add_epi32(u, bias), 16);
+  r = _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), hi, _mm512_set1_epi32(0x40));
+  return _mm512_maskz_cvtepi32_epi16(all, r);
+}
+
+BEV_AVX512_BW void combine_avx512_bf16(const Corners& k, float mask, uint16_t* d, int64_t C) {
+  const __m512 vm = _mm512_set1_ps(mask);
+  __m512 vw[4];
+  for (int q = 0; q < k.n; ++q) vw[q] = _mm512_set1_ps(k.w[q]);
+  int64_t c = 0;
+  for (; c + 16 <= C; c += 16) {
+    __m512 a = _mm512_setzero_ps();
+    if (k.n == 4) {
+      a = _mm512_mul_ps(vw[0], _mm512_loadu_ps(k.p[0] + c));
+      a = _mm512_fmadd_ps(vw[1], _mm512_loadu_ps(k.p[1] + c), a);
+      a = _mm512_fmadd_ps(vw[2], _mm512_loadu_ps(k.p[2] + c), a);
+      a = _mm512_fmadd_ps(vw[3], _mm512_loadu_ps(k.p[3] + c), a);
+    } else {
+      for (int q = 0; q < k.n; ++q) a = _mm512_fmadd_ps(vw[q], _mm512_loadu_ps(k.p[q] + c), a);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + c), to_bf16(_mm512_mul_ps(a, vm)));
+  }
+  if (c < C) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (C - c)) - 1u);
+    __m512 a = _mm512_setzero_ps();
+    for (int q = 0; q < k.n; ++q) a = _mm512_fmadd_ps(vw[q], _mm512_maskz_loadu_ps(m, k.p[q] + c), a);
+    _mm256_mask_storeu_epi16(d + c, m, to_bf16(_mm512_mul_ps(a, vm)));
+  }
+}
+
 // __builtin_cpu_init first: this may run during static initialization, before libgcc's own.
 const bool kHaveAvx512 = [] {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") != 0;
+}();
+const bool kHaveAvx512Bw = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
 }();
 
 struct Geometry {
@@ -101,14 +157,16 @@ struct Geometry {
 };
 
 // Fills column rows for output pixels [b, e) (flattened n, ho, wo); row p goes to col + (p - p0) * K*Cin.
-void sample_rows(const Geometry& g, const float* x, const float* om, float* col, int64_t p0, int64_t b, int64_t e) {
+// Col is float, or uint16_t (bf16) in bf16 precision.
+template <typename Col>
+void sample_rows(const Geometry& g, const float* x, const float* om, Col* col, int64_t p0, int64_t b, int64_t e) {
   const int64_t taps = g.kh * g.kw, row_len = taps * g.cin, hw_out = g.ho * g.wo;
   Corners k;
   for (int64_t p = b; p < e; ++p) {
     const int64_t n = p / hw_out, r = p % hw_out, ho = r / g.wo, wo = r % g.wo;
     const float* xn = x + n * g.h * g.w * g.cin;
     const float* o = om + p * 3 * taps;
-    float* dst = col + (p - p0) * row_len;
+    Col* dst = col + (p - p0) * row_len;
     for (int64_t i = 0; i < g.kh; ++i) {
       for (int64_t j = 0; j < g.kw; ++j) {
         const int64_t t = i * g.kw + j;
@@ -117,10 +175,18 @@ void sample_rows(const Geometry& g, const float* x, const float* om, float* col,
         const float wx = static_cast<float>(wo * g.stride - g.pad + j * g.dil) + o[2 * t + 1];
         bilinear_corners(xn, g.h, g.w, g.cin, hy, wx, k);
         const float mask = sigmoid_f(o[2 * taps + t]);
-        if (kHaveAvx512) {
-          combine_avx512(k, mask, dst + t * g.cin, g.cin);
+        if constexpr (std::is_same_v<Col, float>) {
+          if (kHaveAvx512) {
+            combine_avx512(k, mask, dst + t * g.cin, g.cin);
+          } else {
+            combine_scalar(k, mask, dst + t * g.cin, g.cin);
+          }
         } else {
-          combine_scalar(k, mask, dst + t * g.cin, g.cin);
+          if (kHaveAvx512Bw) {
+            combine_avx512_bf16(k, mask, dst + t * g.cin, g.cin);
+          } else {
+            combine_scalar_bf16(k, mask, dst + t * g.cin, g.cin);
+          }
         }
       }
     }
@@ -133,7 +199,8 @@ struct DeformConv2d::Impl {
   int64_t cout = 0, cin = 0, kh = 0, kw = 0;
   int stride = 1, pad = 0, dil = 1;
   size_t col_budget = 0;
-  Tensor weight_kc;  // [kh*kw*Cin, Cout]
+  bool bf16 = false;  // columns and weight in bf16, f32 accumulation and output
+  Tensor weight_kc;  // [kh*kw*Cin, Cout], f32 or bf16
   Tensor bias_1c;    // [1, Cout] or undefined
 
   // Mutable state of run(), guarded by mu: the column tile and one matmul per tile height
@@ -153,8 +220,9 @@ struct DeformConv2d::Impl {
     using dt = dnnl::memory::data_type;
     using tag = dnnl::memory::format_tag;
     const int64_t k = kh * kw * cin;
-    const dnnl::memory::desc src({m, k}, dt::f32, tag::ab);
-    const dnnl::memory::desc wei({k, cout}, dt::f32, tag::ab);
+    const dt operand = bf16 ? dt::bf16 : dt::f32;
+    const dnnl::memory::desc src({m, k}, operand, tag::ab);
+    const dnnl::memory::desc wei({k, cout}, operand, tag::ab);
     const dnnl::memory::desc dst({m, cout}, dt::f32, tag::ab);
     const dnnl::memory::desc bias({1, cout}, dt::f32, tag::ab);
     const dnnl::matmul::desc d =
@@ -173,9 +241,10 @@ struct DeformConv2d::Impl {
 };
 
 DeformConv2d::DeformConv2d(const Tensor& weight_oihw, const Tensor* bias, int stride, int pad, int dilation,
-                           size_t col_budget_bytes)
+                           size_t col_budget_bytes, Precision precision)
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
+  s.bf16 = precision == Precision::kBF16;
   if (!weight_oihw.defined() || weight_oihw.dtype() != DType::kF32 || weight_oihw.dim() != 4 ||
       weight_oihw.numel() == 0) {
     bad_tensor("deform_conv2d", weight_oihw, "weight", "f32 [Cout, Cin, kh, kw], non-empty");
@@ -203,6 +272,11 @@ DeformConv2d::DeformConv2d(const Tensor& weight_oihw, const Tensor* bias, int st
     for (int64_t ci = 0; ci < s.cin; ++ci) {
       for (int64_t t = 0; t < taps; ++t) dst[(t * s.cin + ci) * s.cout + co] = src[(co * s.cin + ci) * taps + t];
     }
+  }
+  if (s.bf16) {
+    Tensor w16 = Tensor::empty(s.weight_kc.shape(), DType::kBF16);
+    float_to_bf16_n(s.weight_kc.data<float>(), static_cast<uint16_t*>(w16.raw_data()), static_cast<size_t>(w16.numel()));
+    s.weight_kc = w16;
   }
   if (bias != nullptr) {
     if (!bias->defined() || bias->dtype() != DType::kF32 || bias->shape() != Shape{s.cout}) {
@@ -248,24 +322,31 @@ void DeformConv2d::run(const Tensor& x, const Tensor& offset_mask, Tensor& y, Th
   const int64_t rows = g.n * g.ho * g.wo;
   if (rows == 0) return;
   const int64_t row_len = taps * s.cin;
+  const DType col_dtype = s.bf16 ? DType::kBF16 : DType::kF32;
   // Equal tiles under the budget, so there are at most two tile heights.
-  const int64_t budget_rows = std::max<int64_t>(1, static_cast<int64_t>(s.col_budget / sizeof(float)) / row_len);
+  const int64_t budget_rows = std::max<int64_t>(1, static_cast<int64_t>(s.col_budget / dtype_size(col_dtype)) / row_len);
   const int64_t tiles = (rows + budget_rows - 1) / budget_rows;
   const int64_t tile = (rows + tiles - 1) / tiles;
 
   std::lock_guard<std::mutex> lock(s.mu);
-  if (!s.scratch.defined() || s.scratch.numel() < tile * row_len) {
-    s.scratch = Tensor::empty({tile * row_len}, DType::kF32);
+  if (!s.scratch.defined() || s.scratch.dtype() != col_dtype || s.scratch.numel() < tile * row_len) {
+    s.scratch = Tensor::empty({tile * row_len}, col_dtype);
   }
   const float* xp = x.data<float>();
   const float* om = offset_mask.data<float>();
-  float* col = s.scratch.data<float>();
+  void* col = s.scratch.raw_data();
   float* yp = y.data<float>();
   try {
     dnnl::stream& st = stream();
     for (int64_t p0 = 0; p0 < rows; p0 += tile) {
       const int64_t m = std::min(tile, rows - p0);
-      pool.parallel_for(m, 8, [&](int64_t b, int64_t e) { sample_rows(g, xp, om, col, p0, p0 + b, p0 + e); });
+      pool.parallel_for(m, 8, [&](int64_t b, int64_t e) {
+        if (s.bf16) {
+          sample_rows(g, xp, om, static_cast<uint16_t*>(col), p0, p0 + b, p0 + e);
+        } else {
+          sample_rows(g, xp, om, static_cast<float*>(col), p0, p0 + b, p0 + e);
+        }
+      });
       const Impl::Matmul& mm = s.matmul_for(m);
       bind(mm.src, col);
       bind(mm.dst, yp + p0 * s.cout);

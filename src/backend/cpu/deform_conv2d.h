@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <memory>
 
+#include "backend/op.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 
@@ -26,8 +27,10 @@ class DeformConv2d {
 
   // weight_oihw [Cout, Cin, kh, kw] f32; bias [Cout] f32 or nullptr. The weight is reordered
   // once to [kh*kw*Cin, Cout] (row = tap*Cin + cin); the tensors are not kept.
+  // precision kBF16: the column tile and the weight in bf16 (samples rounded once, as a bf16
+  // convolution rounds its input), accumulated and written in f32 by a bf16 oneDNN matmul.
   DeformConv2d(const Tensor& weight_oihw, const Tensor* bias, int stride, int pad, int dilation,
-               size_t col_budget_bytes = kDefaultColBudgetBytes);
+               size_t col_budget_bytes = kDefaultColBudgetBytes, Precision precision = Precision::kF32);
   ~DeformConv2d();
   DeformConv2d(DeformConv2d&&) noexcept;
   DeformConv2d& operator=(DeformConv2d&&) noexcept;
