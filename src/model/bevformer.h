@@ -48,7 +48,8 @@ struct StreamHistory {
 
 // A frame between its two stages (DESIGN §1): what BevFormer::run_image made, for run_bev of
 // the same frame. It holds one of the model's image lanes (the image plan whose outputs carry
-// this frame) until run_bev has read them, or until it is destroyed. Move-only.
+// this frame) until run_bev has read them, or until it is destroyed. Move-only; it must not
+// outlive its model.
 class StagedFrame {
  public:
   StagedFrame();
