@@ -371,7 +371,7 @@ void expect_identical(const FrameOutput& a, const FrameOutput& b, const std::str
 
 // Pipelining gives the bits of forward() one frame at a time, replayed and eager, in f32 and
 // bf16: over a rig change and an image size change, which re-records one lane's image plan (the
-// bev plans that read its old outputs must be dropped, not replayed on freed memory).
+// bev plans that read its old outputs must be dropped, not replayed on those stale outputs).
 TEST(BevFormerPipeline, StagedAheadIsBitIdenticalToOneFrameAtATime) {
   const ModelConfig cfg = micro();
   const Checkpoint ck = random_checkpoint(cfg, 41);
@@ -401,6 +401,36 @@ TEST(BevFormerPipeline, StagedAheadIsBitIdenticalToOneFrameAtATime) {
       }
     }
   }
+}
+
+// A lane whose image plan is re-recorded (a new image size, which is also a new rig) drops the
+// bev plans that read its old outputs on every rig, not only the current one: they would keep
+// the old outputs alive (base: about 1.1 GB each). The frames are staged two at a time, which
+// pins them to lanes 1 and 2.
+TEST(BevFormerPipeline, ReRecordedLanesDropTheirOldBevPlansOnEveryRig) {
+  const ModelConfig cfg = micro();
+  auto backend = make_cpu_backend(2, Precision::kF32);
+  const Checkpoint ck = random_checkpoint(cfg, 53);
+  BevFormer piped(cfg, ck, *backend, /*replay=*/true, /*pipelined=*/true), plain(cfg, ck, *backend);
+  int k = 0;
+  const auto two_at_once = [&](bool wide) {
+    FrameInput a = synthetic_frame(cfg, 53, k), b = synthetic_frame(cfg, 53, k + 1);
+    if (wide) {
+      a = padded_wider(std::move(a), 32);
+      b = padded_wider(std::move(b), 32);
+    }
+    StagedFrame sa = piped.run_image(a), sb = piped.run_image(b);
+    expect_identical(plain.forward(a), piped.run_bev(a, std::move(sa)), "frame " + std::to_string(k));
+    expect_identical(plain.forward(b), piped.run_bev(b, std::move(sb)), "frame " + std::to_string(k + 1));
+    k += 2;
+  };
+  two_at_once(false);
+  EXPECT_EQ(piped.plan_info().size(), 4u);  // two image plans, a bev plan per lane
+  two_at_once(true);                        // both lanes re-record, on a new rig
+  EXPECT_EQ(piped.plan_info().size(), 4u) << piped.describe();
+  two_at_once(false);                       // and back
+  EXPECT_EQ(piped.plan_info().size(), 4u) << piped.describe();
+  EXPECT_EQ(piped.rigs_seen(), 2u);
 }
 
 // Several streams call forward() at once on a pipelined model (a server's workers): each stream

@@ -25,7 +25,7 @@ struct Knobs {
   double max_gap_seconds = 10;     // a frame this much later than its stream's last one starts fresh
   bool replay = true;              // record each stage once and replay it (false: eager every frame)
   // Two frames in flight: the image stage of one frame (another stream's, from another thread)
-  // runs while the bev stage of the other runs. Same results; the image plan exists twice.
+  // runs while the bev stage of the other runs. Same results; the plans exist once per lane.
   bool pipeline = false;
 };
 

@@ -44,6 +44,10 @@ Plan::Plan(std::string name, std::vector<OpNode> nodes, const std::vector<Tensor
       if (i < it->second.first) {
         // Read before any node writes it: an input of the stage that a later node overwrites
         // in place. Its contents matter, so it cannot move.
+        if (t.storage()->is_deferred()) {
+          throw Error(ErrorKind::kInternal, "plan '" + name_ + "': node " + std::to_string(i) +
+                                                " reads a planned buffer before any node writes it");
+        }
         placements_.erase(it);
         continue;
       }

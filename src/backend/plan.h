@@ -20,8 +20,9 @@ namespace bev {
 class Plan {
  public:
   Plan() = default;
-  // `nodes` were recorded (and so already executed once) by an Ops in kRecord mode; `keep` are
-  // tensors whose storage must not move (outputs read after replay).
+  // `nodes` were recorded by an Ops in kRecord mode (already run once) or kPlan mode (not run:
+  // their outputs are deferred, placed here or given their own memory, and the first replay
+  // computes them); `keep` are tensors whose storage must not move (outputs read after replay).
   Plan(std::string name, std::vector<OpNode> nodes, const std::vector<Tensor>& keep);
 
   void replay(Backend& backend) const;

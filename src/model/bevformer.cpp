@@ -306,8 +306,9 @@ struct BevFormer::Impl {
     Taps taps{true};
     Plan plan;
   };
-  // One image plan per lane (a frame in flight between its stages). Lane k's plan is touched
-  // only by the frame holding lane k, under image_mu while it records or replays it.
+  // One image plan per lane (a frame in flight between its stages). Lane k's plan belongs to the
+  // frame holding lane k: its image stage records or replays it (under image_mu), then its bev
+  // stage reads the outputs (under bev_mu); no other frame touches it meanwhile.
   std::vector<std::unique_ptr<ImagePlan>> image_plans;
   uint64_t image_recordings = 0;  // under image_mu
 
@@ -389,10 +390,14 @@ struct BevFormer::Impl {
     const RigGeometry& rg = rig.geometry;
     const ImagePlan& image_plan = *image_plans[static_cast<size_t>(lane)];
     std::vector<std::unique_ptr<BevPlan>>& bev_plans = rig.bev_plans;
-    // Plans that read an earlier recording of this lane's image plan would read freed outputs.
-    std::erase_if(bev_plans, [&](const std::unique_ptr<BevPlan>& p) {
-      return p->lane == lane && p->image_generation != image_plan.generation;
-    });
+    // Plans that read an earlier recording of this lane's image plan would replay on its stale
+    // outputs (which they keep alive: for base about 1.1 GB each). Every rig's go, not only this
+    // one's: a new image size is also a new rig, so the old rig's plans would otherwise linger.
+    for (auto& r : rigs) {
+      std::erase_if(r->bev_plans, [&](const std::unique_ptr<BevPlan>& p) {
+        return p->lane == lane && p->image_generation != image_plan.generation;
+      });
+    }
     const bool use_prev = in.prev_bev.defined(), tapped = taps != nullptr;
     BevPlan* plan = nullptr;
     for (auto& p : bev_plans) {
@@ -580,7 +585,10 @@ FrameOutput BevFormer::forward(const FrameInput& frame, Taps* taps) {
   return impl_->forward(frame, impl_->default_history, taps);
 }
 
-void BevFormer::reset_history() { impl_->default_history = StreamHistory{}; }
+void BevFormer::reset_history() {
+  const std::lock_guard<std::mutex> lock(impl_->bev_mu);  // run_bev reads and writes it
+  impl_->default_history = StreamHistory{};
+}
 
 StagedFrame BevFormer::run_image(const FrameInput& frame, Taps* taps) {
   StagedFrame staged;
@@ -619,10 +627,14 @@ bool BevFormer::replay_image_stage() {
 bool BevFormer::replay_bev_stage(bool with_history) {
   const Impl::Quiet quiet(*impl_);
   if (impl_->rigs.empty()) return false;
-  for (const auto& p : impl_->rigs.front()->bev_plans) {  // the last frame's rig
-    if (p->use_prev == with_history && !p->tapped) {
-      p->plan.replay(impl_->ops.backend());
-      return true;
+  // The last frame's rig; lane 0's plan, the one a plain model has (a pipelined model's lane 2
+  // may hold another frame's inputs).
+  for (int lane = 0; lane < impl_->lanes.size(); ++lane) {
+    for (const auto& p : impl_->rigs.front()->bev_plans) {
+      if (p->lane == lane && p->use_prev == with_history && !p->tapped) {
+        p->plan.replay(impl_->ops.backend());
+        return true;
+      }
     }
   }
   return false;

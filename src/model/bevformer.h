@@ -78,7 +78,8 @@ class BevFormer {
   // frame eagerly (debugging).
   // pipelined: two image lanes, so the image stage of one frame can run while the bev stage of
   // the frame before it runs (run_image / run_bev on two threads, or forward() from several);
-  // the image plan and its outputs exist twice. Otherwise one frame is in flight at a time.
+  // the image plan (with its outputs) and the bev plans exist once per lane. Otherwise one frame
+  // is in flight at a time.
   BevFormer(ModelConfig cfg, const Checkpoint& checkpoint, Backend& backend, bool replay = true,
             bool pipelined = false);
   ~BevFormer();

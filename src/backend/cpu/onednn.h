@@ -70,7 +70,9 @@ void bind(const dnnl::memory& mem, void* data);  // plan-owned buffers (no check
 // source, 1: a second operand), 64-byte aligned. It grows to the largest request and is then
 // reused, so replays after the first frame allocate nothing; the pointer is valid until the
 // next request for that slot on this thread. One buffer per thread, not one per primitive
-// state: base in bf16 kept 3.9 GB of per-state copies (convolutions 1.6, linears 2.3).
+// state: base in bf16 kept 3.9 GB of per-state copies (convolutions 1.6, linears 2.3). It
+// never shrinks: each thread that runs bf16 ops keeps its largest (base: about 95 MB), and a
+// thread's first run of the largest op allocates it (so a replay on a new thread allocates).
 void* conversion_scratch(int slot, size_t bytes);
 // Points `mem` (made unbound) at the calling thread's conversion scratch of `slot`.
 void bind_conversion_scratch(const dnnl::memory& mem, int slot);
