@@ -54,51 +54,19 @@ inline void bilinear_corners(const float* xn, int64_t H, int64_t W, int64_t C, f
   if (h_high <= H - 1 && w_high <= W - 1) add(h_high, w_high, lh * lw);
 }
 
-// d[c] = (sum_q w_q * p_q[c]) * mask. With no corner the result is 0 * mask, as in mmcv (so a
+// d[c] = (sum_q w_q * p_q[c]) * mask, stored as f32 or, for the bf16 column tile, rounded to
+// bf16 (core/half.h's float_to_bf16). With no corner the result is 0 * mask, as in mmcv (so a
 // NaN mask still poisons the output the way upstream's does).
-void combine_scalar(const Corners& k, float mask, float* d, int64_t C) {
+template <typename Out>
+void combine_scalar(const Corners& k, float mask, Out* d, int64_t C) {
   for (int64_t c = 0; c < C; ++c) {
     float v = 0.0f;
     for (int q = 0; q < k.n; ++q) v += k.w[q] * k.p[q][c];
-    d[c] = v * mask;
-  }
-}
-
-__attribute__((target("avx512f"))) void combine_avx512(const Corners& k, float mask, float* d, int64_t C) {
-  const __m512 vm = _mm512_set1_ps(mask);
-  __m512 vw[4];
-  for (int q = 0; q < k.n; ++q) vw[q] = _mm512_set1_ps(k.w[q]);
-  int64_t c = 0;
-  if (k.n == 4) {  // the common case, unrolled
-    for (; c + 16 <= C; c += 16) {
-      __m512 a = _mm512_mul_ps(vw[0], _mm512_loadu_ps(k.p[0] + c));
-      a = _mm512_fmadd_ps(vw[1], _mm512_loadu_ps(k.p[1] + c), a);
-      a = _mm512_fmadd_ps(vw[2], _mm512_loadu_ps(k.p[2] + c), a);
-      a = _mm512_fmadd_ps(vw[3], _mm512_loadu_ps(k.p[3] + c), a);
-      _mm512_storeu_ps(d + c, _mm512_mul_ps(a, vm));
+    if constexpr (std::is_same_v<Out, float>) {
+      d[c] = v * mask;
+    } else {
+      d[c] = float_to_bf16(v * mask);
     }
-  } else {
-    for (; c + 16 <= C; c += 16) {
-      __m512 a = _mm512_setzero_ps();
-      for (int q = 0; q < k.n; ++q) a = _mm512_fmadd_ps(vw[q], _mm512_loadu_ps(k.p[q] + c), a);
-      _mm512_storeu_ps(d + c, _mm512_mul_ps(a, vm));
-    }
-  }
-  if (c < C) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (C - c)) - 1u);
-    __m512 a = _mm512_setzero_ps();
-    for (int q = 0; q < k.n; ++q) a = _mm512_fmadd_ps(vw[q], _mm512_maskz_loadu_ps(m, k.p[q] + c), a);
-    _mm512_mask_storeu_ps(d + c, m, _mm512_mul_ps(a, vm));
-  }
-}
-
-// The same sample written as bf16 (round to nearest even, NaN kept quiet: core/half.h's
-// float_to_bf16), for the bf16 column tile.
-void combine_scalar_bf16(const Corners& k, float mask, uint16_t* d, int64_t C) {
-  for (int64_t c = 0; c < C; ++c) {
-    float v = 0.0f;
-    for (int q = 0; q < k.n; ++q) v += k.w[q] * k.p[q][c];
-    d[c] = float_to_bf16(v * mask);
   }
 }
 
@@ -117,36 +85,47 @@ BEV_AVX512_BW inline __m256i to_bf16(__m512 v) {
   return _mm512_maskz_cvtepi32_epi16(all, r);
 }
 
-BEV_AVX512_BW void combine_avx512_bf16(const Corners& k, float mask, uint16_t* d, int64_t C) {
+// 16 channels at d (the first `m` of them): f32, or bf16.
+template <typename Out>
+BEV_AVX512_BW inline void store16(Out* d, __mmask16 m, __m512 v) {
+  if constexpr (std::is_same_v<Out, float>) {
+    _mm512_mask_storeu_ps(d, m, v);
+  } else {
+    _mm256_mask_storeu_epi16(d, m, to_bf16(v));
+  }
+}
+
+// The AVX-512 combine (the bf16 output needs AVX512BW/VL as well: see kHaveAvx512Bw).
+template <typename Out>
+BEV_AVX512_BW void combine_avx512(const Corners& k, float mask, Out* d, int64_t C) {
   const __m512 vm = _mm512_set1_ps(mask);
   __m512 vw[4];
   for (int q = 0; q < k.n; ++q) vw[q] = _mm512_set1_ps(k.w[q]);
   int64_t c = 0;
-  for (; c + 16 <= C; c += 16) {
-    __m512 a = _mm512_setzero_ps();
-    if (k.n == 4) {
-      a = _mm512_mul_ps(vw[0], _mm512_loadu_ps(k.p[0] + c));
+  if (k.n == 4) {  // the common case, unrolled
+    for (; c + 16 <= C; c += 16) {
+      __m512 a = _mm512_mul_ps(vw[0], _mm512_loadu_ps(k.p[0] + c));
       a = _mm512_fmadd_ps(vw[1], _mm512_loadu_ps(k.p[1] + c), a);
       a = _mm512_fmadd_ps(vw[2], _mm512_loadu_ps(k.p[2] + c), a);
       a = _mm512_fmadd_ps(vw[3], _mm512_loadu_ps(k.p[3] + c), a);
-    } else {
-      for (int q = 0; q < k.n; ++q) a = _mm512_fmadd_ps(vw[q], _mm512_loadu_ps(k.p[q] + c), a);
+      store16(d + c, 0xFFFF, _mm512_mul_ps(a, vm));
     }
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + c), to_bf16(_mm512_mul_ps(a, vm)));
+  } else {
+    for (; c + 16 <= C; c += 16) {
+      __m512 a = _mm512_setzero_ps();
+      for (int q = 0; q < k.n; ++q) a = _mm512_fmadd_ps(vw[q], _mm512_loadu_ps(k.p[q] + c), a);
+      store16(d + c, 0xFFFF, _mm512_mul_ps(a, vm));
+    }
   }
   if (c < C) {
     const __mmask16 m = static_cast<__mmask16>((1u << (C - c)) - 1u);
     __m512 a = _mm512_setzero_ps();
     for (int q = 0; q < k.n; ++q) a = _mm512_fmadd_ps(vw[q], _mm512_maskz_loadu_ps(m, k.p[q] + c), a);
-    _mm256_mask_storeu_epi16(d + c, m, to_bf16(_mm512_mul_ps(a, vm)));
+    store16(d + c, m, _mm512_mul_ps(a, vm));
   }
 }
 
 // __builtin_cpu_init first: this may run during static initialization, before libgcc's own.
-const bool kHaveAvx512 = [] {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") != 0;
-}();
 const bool kHaveAvx512Bw = [] {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
@@ -175,18 +154,10 @@ void sample_rows(const Geometry& g, const float* x, const float* om, Col* col, i
         const float wx = static_cast<float>(wo * g.stride - g.pad + j * g.dil) + o[2 * t + 1];
         bilinear_corners(xn, g.h, g.w, g.cin, hy, wx, k);
         const float mask = sigmoid_f(o[2 * taps + t]);
-        if constexpr (std::is_same_v<Col, float>) {
-          if (kHaveAvx512) {
-            combine_avx512(k, mask, dst + t * g.cin, g.cin);
-          } else {
-            combine_scalar(k, mask, dst + t * g.cin, g.cin);
-          }
+        if (kHaveAvx512Bw) {
+          combine_avx512(k, mask, dst + t * g.cin, g.cin);
         } else {
-          if (kHaveAvx512Bw) {
-            combine_avx512_bf16(k, mask, dst + t * g.cin, g.cin);
-          } else {
-            combine_scalar_bf16(k, mask, dst + t * g.cin, g.cin);
-          }
+          combine_scalar(k, mask, dst + t * g.cin, g.cin);
         }
       }
     }
