@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <unordered_map>
 
@@ -105,25 +105,13 @@ void bind(const dnnl::memory& mem, const Tensor& t) {
 void bind(const dnnl::memory& mem, void* data) { mem.set_data_handle(data); }
 
 void* conversion_scratch(int slot, size_t bytes) {
-  struct Buffer {
-    void* data = nullptr;
-    size_t bytes = 0;
-    ~Buffer() { std::free(data); }
-  };
-  thread_local std::array<Buffer, 2> buffers;
+  thread_local std::array<std::shared_ptr<Storage>, 2> buffers;
   if (slot < 0 || slot >= static_cast<int>(buffers.size())) {
     throw Error(ErrorKind::kInternal, "conversion scratch slot " + std::to_string(slot));
   }
-  Buffer& b = buffers[static_cast<size_t>(slot)];
-  if (b.bytes < bytes) {
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
-    if (!p) throw Error(ErrorKind::kIo, "out of memory allocating " + std::to_string(bytes) + " bytes of bf16 scratch");
-    std::free(b.data);
-    b.data = p;
-    b.bytes = rounded;
-  }
-  return b.data;
+  std::shared_ptr<Storage>& b = buffers[static_cast<size_t>(slot)];
+  if (!b || b->bytes() < bytes) b = Storage::allocate(bytes);
+  return b->data();
 }
 
 void bind_conversion_scratch(const dnnl::memory& mem, int slot) {
