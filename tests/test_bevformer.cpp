@@ -16,6 +16,7 @@
 #include "model/bevformer.h"
 #include "model/param_spec.h"
 #include "model/synthetic.h"
+#include "error_test_util.h"
 
 namespace bev {
 namespace {
@@ -471,21 +472,12 @@ TEST(BevFormerPipeline, MisusedStagedFramesFailClearlyAndFreeTheirLane) {
   BevFormer model(cfg, ck, *backend), other(cfg, ck, *backend), reference(cfg, ck, *backend);
   const FrameInput f0 = synthetic_frame(cfg, 47, 0), f1 = synthetic_frame(cfg, 47, 1);
   { StagedFrame dropped = model.run_image(f0); }  // one lane: a leak would hang the next call
-  const auto expect_invalid = [](auto&& call, const std::string& needle) {
-    try {
-      call();
-      ADD_FAILURE() << "no error; expected one mentioning " << needle;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput) << e.what();
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
-  expect_invalid([&] { model.run_bev(f0, other.run_image(f0)); }, "another model");
-  expect_invalid([&] { model.run_bev(f0, StagedFrame{}); }, "empty staged frame");
-  expect_invalid([&] { model.run_bev(f0, model.run_image(padded_wider(f0, 32))); }, "staged frame's was");
+  test::expect_invalid_input([&] { model.run_bev(f0, other.run_image(f0)); }, "another model");
+  test::expect_invalid_input([&] { model.run_bev(f0, StagedFrame{}); }, "empty staged frame");
+  test::expect_invalid_input([&] { model.run_bev(f0, model.run_image(padded_wider(f0, 32))); }, "staged frame's was");
   FrameInput nan_pose = f0;
   nan_pose.can_bus[3] = std::nan("");
-  expect_invalid([&] { model.run_image(nan_pose); }, "can_bus");
+  test::expect_invalid_input([&] { model.run_image(nan_pose); }, "can_bus");
   const FrameOutput a = model.forward(f0), b = model.forward(f1);
   expect_identical(reference.forward(f0), a, "frame 0 after the errors");
   expect_identical(reference.forward(f1), b, "frame 1 after the errors");

@@ -21,6 +21,7 @@
 #include "backend/cpu/conv2d.h"
 #include "backend/cpu/onednn.h"
 #include "core/compare.h"
+#include "error_test_util.h"
 #include "kernel_test_util.h"
 
 namespace bev::cpu {
@@ -357,37 +358,28 @@ TEST(Conv2d, Bf16ActivationsInAndOut) {
 TEST(Conv2d, RejectsMismatchesWithWhatWasExpected) {
   const Tensor w = random_tensor({4, 3, 3, 3}, 120);
   const Conv2d conv(w, nullptr, attrs(1, 1), Precision::kF32);
-  auto expect_invalid = [](auto&& fn, const char* needle) {
-    try {
-      fn();
-      ADD_FAILURE() << "no error; expected one mentioning " << needle;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput) << e.what();
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
   const Tensor x = random_tensor({1, 5, 5, 3}, 121);
   Tensor y = Tensor::empty({1, 5, 5, 4}, DType::kF32);
-  expect_invalid([&] { conv.output_shape({1, 5, 5, 4}); }, "3 channels");
-  expect_invalid([&] { conv.output_shape({5, 5, 3}); }, "rank 4");
+  test::expect_invalid_input([&] { conv.output_shape({1, 5, 5, 4}); }, "3 channels");
+  test::expect_invalid_input([&] { conv.output_shape({5, 5, 3}); }, "rank 4");
   Tensor y_bad = Tensor::empty({1, 5, 4, 4}, DType::kF32);
-  expect_invalid([&] { conv.run(x, nullptr, y_bad); }, "[1, 5, 5, 4]");
-  expect_invalid([&] { conv.run(x, &y, y); }, "attrs.residual is not set");
+  test::expect_invalid_input([&] { conv.run(x, nullptr, y_bad); }, "[1, 5, 5, 4]");
+  test::expect_invalid_input([&] { conv.run(x, &y, y); }, "attrs.residual is not set");
   Tensor y_bf16 = Tensor::empty({1, 5, 5, 4}, DType::kBF16);
-  expect_invalid([&] { conv.run(x, nullptr, y_bf16); }, "f32");
-  expect_invalid([&] { conv.run(x.permute({0, 2, 1, 3}), nullptr, y); }, "contiguous");
+  test::expect_invalid_input([&] { conv.run(x, nullptr, y_bf16); }, "f32");
+  test::expect_invalid_input([&] { conv.run(x.permute({0, 2, 1, 3}), nullptr, y); }, "contiguous");
   const Conv2d conv_res(w, nullptr, attrs(1, 1, 1, 1, false, true), Precision::kF32);
-  expect_invalid([&] { conv_res.run(x, nullptr, y); }, "attrs.residual is set");
+  test::expect_invalid_input([&] { conv_res.run(x, nullptr, y); }, "attrs.residual is set");
   const Conv2d conv_big(random_tensor({4, 3, 7, 7}, 122), nullptr, attrs(1, 0), Precision::kF32);
-  expect_invalid([&] { conv_big.output_shape({1, 5, 5, 3}); }, "empty output");
-  expect_invalid([&] { Conv2d(random_tensor({4, 3, 3}, 123), nullptr, attrs(1, 1), Precision::kF32); }, "rank 4");
-  expect_invalid([&] { Conv2d(w, nullptr, attrs(1, 1, 1, 3), Precision::kF32); }, "divisible by groups");
+  test::expect_invalid_input([&] { conv_big.output_shape({1, 5, 5, 3}); }, "empty output");
+  test::expect_invalid_input([&] { Conv2d(random_tensor({4, 3, 3}, 123), nullptr, attrs(1, 1), Precision::kF32); }, "rank 4");
+  test::expect_invalid_input([&] { Conv2d(w, nullptr, attrs(1, 1, 1, 3), Precision::kF32); }, "divisible by groups");
   const Tensor b5 = random_tensor({5}, 124);
-  expect_invalid([&] { Conv2d(w, &b5, attrs(1, 1), Precision::kF32); }, "f32[4]");
+  test::expect_invalid_input([&] { Conv2d(w, &b5, attrs(1, 1), Precision::kF32); }, "f32[4]");
   // Output aliasing the input.
   const Conv2d same(random_tensor({3, 3, 1, 1}, 125), nullptr, attrs(1, 0), Precision::kF32);
   Tensor xy = random_tensor({1, 5, 5, 3}, 126);
-  expect_invalid([&] { same.run(xy, nullptr, xy); }, "overlaps");
+  test::expect_invalid_input([&] { same.run(xy, nullptr, xy); }, "overlaps");
 }
 
 }  // namespace

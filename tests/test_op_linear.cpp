@@ -17,6 +17,7 @@
 #include "backend/cpu/linear.h"
 #include "backend/cpu/onednn.h"
 #include "core/compare.h"
+#include "error_test_util.h"
 #include "kernel_test_util.h"
 
 namespace bev::cpu {
@@ -173,38 +174,29 @@ TEST(Linear, Bf16RelativeL2AgainstF32) {
 }
 
 TEST(Linear, RejectsMismatchesWithWhatWasExpected) {
-  auto expect_invalid = [](auto&& fn, const char* needle) {
-    try {
-      fn();
-      ADD_FAILURE() << "no error; expected one mentioning " << needle;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput) << e.what();
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
   const Tensor w = random_tensor({6, 4}, 40);
   const Linear lin(w, nullptr, false, Precision::kF32);
   const Tensor x = random_tensor({3, 4}, 41);
   Tensor y = Tensor::empty({3, 6}, DType::kF32);
   const Tensor x5 = random_tensor({3, 5}, 42);
-  expect_invalid([&] { lin.run(x5, y); }, "f32[M, 4]");
+  test::expect_invalid_input([&] { lin.run(x5, y); }, "f32[M, 4]");
   Tensor y_bad = Tensor::empty({3, 5}, DType::kF32);
-  expect_invalid([&] { lin.run(x, y_bad); }, "f32[3, 6]");
-  expect_invalid([&] { lin.run(random_tensor({6, 4}, 43).permute({1, 0}), y); }, "contiguous");
-  expect_invalid([&] { Linear(random_tensor({6}, 44), nullptr, false, Precision::kF32); }, "f32[out, in]");
+  test::expect_invalid_input([&] { lin.run(x, y_bad); }, "f32[3, 6]");
+  test::expect_invalid_input([&] { lin.run(random_tensor({6, 4}, 43).permute({1, 0}), y); }, "contiguous");
+  test::expect_invalid_input([&] { Linear(random_tensor({6}, 44), nullptr, false, Precision::kF32); }, "f32[out, in]");
   const Tensor b3 = random_tensor({3}, 45);
-  expect_invalid([&] { Linear(w, &b3, false, Precision::kF32); }, "f32[6]");
+  test::expect_invalid_input([&] { Linear(w, &b3, false, Precision::kF32); }, "f32[6]");
 
   const Tensor a = random_tensor({2, 5, 4}, 46);
   Tensor out = Tensor::empty({2, 5, 7}, DType::kF32);
-  expect_invalid([&] { batched_matmul(a, random_tensor({2, 4, 7}, 47), true, 1.0f, out, Precision::kF32); },
+  test::expect_invalid_input([&] { batched_matmul(a, random_tensor({2, 4, 7}, 47), true, 1.0f, out, Precision::kF32); },
                  "[2, N, 4]");
-  expect_invalid([&] { batched_matmul(a, random_tensor({2, 3, 7}, 48), false, 1.0f, out, Precision::kF32); },
+  test::expect_invalid_input([&] { batched_matmul(a, random_tensor({2, 3, 7}, 48), false, 1.0f, out, Precision::kF32); },
                  "[2, 4, N]");
   Tensor out_bad = Tensor::empty({2, 5, 6}, DType::kF32);
-  expect_invalid([&] { batched_matmul(a, random_tensor({2, 4, 7}, 49), false, 1.0f, out_bad, Precision::kF32); },
+  test::expect_invalid_input([&] { batched_matmul(a, random_tensor({2, 4, 7}, 49), false, 1.0f, out_bad, Precision::kF32); },
                  "f32[2, 5, 7]");
-  expect_invalid([&] { batched_matmul(random_tensor({5, 4}, 50), a, false, 1.0f, out, Precision::kF32); },
+  test::expect_invalid_input([&] { batched_matmul(random_tensor({5, 4}, 50), a, false, 1.0f, out, Precision::kF32); },
                  "f32[B, M, K]");
 }
 
