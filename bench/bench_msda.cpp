@@ -1,5 +1,6 @@
 // MSDA at BEVFormer's shapes: the scalar reference (one thread) against the fast kernel per ISA
-// and thread count, plus the head-major value layout [bs, heads, Lv, hd] passed as a permuted view.
+// and thread count, plus the head-major value layout [bs, heads, Lv, hd] passed as a permuted view
+// and the AVX-512 path with its value-row prefetching forced off and on.
 //
 // Bytes per call (the rate counter): every sample reads 4 corners x hd floats, its (x, y) and its
 // weight; every output element is written once. Samples whose corners fall outside the map are
@@ -99,7 +100,8 @@ void bm_reference(benchmark::State& st, const Data* d) {
   set_counters(st, *d);
 }
 
-void bm_fast(benchmark::State& st, const Data* d, MsdaIsa isa, int threads, bool head_major) {
+void bm_fast(benchmark::State& st, const Data* d, MsdaIsa isa, int threads, bool head_major,
+             MsdaPrefetch prefetch) {
   if (!msda_isa_supported(isa)) {
     st.SkipWithError("ISA not supported on this CPU");
     return;
@@ -108,7 +110,7 @@ void bm_fast(benchmark::State& st, const Data* d, MsdaIsa isa, int threads, bool
   Tensor out = d->out;
   const Tensor& value = head_major ? d->value_head_major_view : d->value;
   for (auto _ : st) {
-    msda_with_isa(isa, value, d->cfg.shapes, d->level_start, d->loc, d->attn, out, pool);
+    msda_with_isa(isa, value, d->cfg.shapes, d->level_start, d->loc, d->attn, out, pool, prefetch);
     benchmark::DoNotOptimize(out.raw_data());
   }
   set_counters(st, *d);
@@ -136,13 +138,22 @@ int main(int argc, char** argv) {
     // least. Two threads: wall time (the pool's workers are not in the main thread's CPU time).
     benchmark::RegisterBenchmark((c.name + "/reference").c_str(), bm_reference, d)->Unit(benchmark::kMillisecond);
     for (MsdaIsa isa : {MsdaIsa::kScalar, MsdaIsa::kAvx2, MsdaIsa::kAvx512})
-      benchmark::RegisterBenchmark((c.name + "/" + msda_isa_name(isa) + "/threads:1").c_str(), bm_fast, d, isa, 1, false)
+      benchmark::RegisterBenchmark((c.name + "/" + msda_isa_name(isa) + "/threads:1").c_str(), bm_fast, d, isa, 1, false, MsdaPrefetch::kAuto)
           ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark((c.name + "/avx512_head_major/threads:1").c_str(), bm_fast, d, MsdaIsa::kAvx512, 1, true)
+    benchmark::RegisterBenchmark((c.name + "/avx512_head_major/threads:1").c_str(), bm_fast, d, MsdaIsa::kAvx512, 1, true, MsdaPrefetch::kAuto)
         ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark((c.name + "/avx512/threads:2").c_str(), bm_fast, d, MsdaIsa::kAvx512, 2, false)
+    benchmark::RegisterBenchmark((c.name + "/avx512/threads:2").c_str(), bm_fast, d, MsdaIsa::kAvx512, 2, false,
+                                 MsdaPrefetch::kAuto)
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
+    // The prefetch switch forced each way (kAuto above picks by map size): the data behind
+    // kMsdaPrefetchBytes.
+    for (MsdaPrefetch pf : {MsdaPrefetch::kOff, MsdaPrefetch::kOn})
+      benchmark::RegisterBenchmark(
+          (c.name + "/avx512_prefetch_" + (pf == MsdaPrefetch::kOn ? "on" : "off") + "/threads:2").c_str(), bm_fast, d,
+          MsdaIsa::kAvx512, 2, false, pf)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
   }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -348,6 +348,45 @@ TEST(Msda, ThreadCountInvariant) {
   }
 }
 
+// Prefetching the next query's rows (the AVX-512 path, automatic on large maps) changes no bit:
+// forced on and off over awkward shapes, chunkings (the chunk's last query has no next one) and
+// a head-major view, and on a map just past kMsdaPrefetchBytes where kAuto turns it on.
+TEST(Msda, PrefetchIsBitIdentical) {
+  if (!msda_isa_supported(MsdaIsa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const auto run = [](const Inputs& in, const Tensor& value, ThreadPool& pool, MsdaPrefetch pf) {
+    Tensor out = Tensor::empty({in.c.bs, in.c.lq, in.c.heads * in.c.hd}, DType::kF32);
+    std::fill(out.data<float>(), out.data<float>() + out.numel(), std::numeric_limits<float>::quiet_NaN());
+    msda_with_isa(MsdaIsa::kAvx512, value, in.c.shapes, in.level_start, in.loc, in.attn, out, pool, pf);
+    return out;
+  };
+  const std::vector<Case> cases = {
+      {2, 7, 3, 17, 3, {{1, 1}, {3, 5}, {7, 2}}},
+      {1, 1, 1, 70, 1, {{1, 1}}},
+      {2, 33, 8, 32, 8, {{4, 4}, {2, 8}, {1, 1}, {5, 3}}},
+      {2, 97, 8, 33, 4, {{9, 7}, {3, 2}}},
+      // 8 x 32 floats per row, 8193 rows: just over 8 MiB per batch, so kAuto prefetches.
+      {2, 300, 8, 32, 4, {{3, 2731}}},
+  };
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const Inputs in = make_inputs(cases[k], 3000u + static_cast<uint32_t>(k));
+    const Tensor head_major_view = in.value.permute({0, 2, 1, 3}).contiguous().permute({0, 2, 1, 3});
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      for (const Tensor* value : {&in.value, &head_major_view}) {
+        const Tensor off = run(in, *value, pool, MsdaPrefetch::kOff);
+        const Tensor on = run(in, *value, pool, MsdaPrefetch::kOn);
+        const Tensor automatic = run(in, *value, pool, MsdaPrefetch::kAuto);
+        const std::string what = "case " + std::to_string(k) + ", " + std::to_string(threads) + " thread(s)" +
+                                 (value == &in.value ? "" : ", head-major view");
+        ASSERT_EQ(std::memcmp(off.raw_data(), on.raw_data(), off.nbytes()), 0) << what;
+        ASSERT_EQ(std::memcmp(off.raw_data(), automatic.raw_data(), off.nbytes()), 0) << what;
+      }
+    }
+  }
+  ThreadPool pool(2);
+  check_all(make_inputs(cases.back(), 3100u), pool, "map past kMsdaPrefetchBytes");  // kAuto's prefetching path vs the spec
+}
+
 // A head-major value [bs, heads, Lv, hd], passed as its permuted view, gives the same result.
 TEST(Msda, HeadMajorValueView) {
   ThreadPool pool(2);

@@ -95,6 +95,9 @@ Plan check(const char* who, const Tensor& value, const SpatialShapes& shapes, co
   p.value_stride_b = value.strides()[0];
   p.value_stride_row = value.strides()[1];
   p.value_stride_h = value.strides()[2];
+  const auto on_line = [](int64_t elements) { return elements * static_cast<int64_t>(sizeof(float)) % 64 == 0; };
+  p.rows_line_aligned = reinterpret_cast<uintptr_t>(value.data<float>()) % 64 == 0 && on_line(p.value_stride_b) &&
+                        on_line(p.value_stride_row) && on_line(p.value_stride_h);
   p.loc = loc.data<float>();
   p.attn = attn.data<float>();
   p.out = out.data<float>();
@@ -107,31 +110,32 @@ Plan check(const char* who, const Tensor& value, const SpatialShapes& shapes, co
 // where a Corners per chunk allocated three vectors every time. The calling thread's, like
 // cpu::stream(): the thread that runs a backend's ops is its one caller at a time.
 //
-// Layout, in 4-byte words (float and int32_t): the five tables, then each participant's rows,
-// weights and masks, every block starting on its own 128-byte line pair with a free pair
+// Layout, in 4-byte words (float and int32_t): the six tables, then each participant's two sets
+// of rows, weights and masks, every block starting on its own 128-byte line pair with a free pair
 // between blocks. Packed back to back, two threads wrote the line where one's masks end and the
 // next one's rows begin on every query: measured 30% slower at tiny TSA on two threads.
 class Workspace {
  public:
   Workspace(int64_t samples_padded, int participants) : n_(static_cast<size_t>(samples_padded)) {
     thread_local std::vector<uint32_t> buffer;
-    const size_t words = kPair + block(kTableWords) + block(kCornerWords) * static_cast<size_t>(participants);
+    const size_t words = kPair + block(kTableWords) + block(kCornerWords) * 2 * static_cast<size_t>(participants);
     if (buffer.size() < words) buffer.resize(words);
     const size_t misalign = reinterpret_cast<uintptr_t>(buffer.data()) / sizeof(uint32_t) % kPair;
     base_ = buffer.data() + (kPair - misalign) % kPair;
   }
-  // Table t (0: width, 1: height, 2: width_i, 3: height_i, 4: start).
+  // Table t (0: width, 1: height, 2: width_i, 3: height_i, 4: start, 5: head).
   float* float_table(size_t t) const { return reinterpret_cast<float*>(base_ + t * n_); }
   int32_t* int_table(size_t t) const { return reinterpret_cast<int32_t*>(base_ + t * n_); }
-  Corners corners(int participant) const {
-    uint32_t* c = base_ + block(kTableWords) + block(kCornerWords) * static_cast<size_t>(participant);
+  // Set 0 or 1 of a participant.
+  Corners corners(int participant, int set) const {
+    uint32_t* c = base_ + block(kTableWords) + block(kCornerWords) * static_cast<size_t>(2 * participant + set);
     return {static_cast<int64_t>(n_), reinterpret_cast<int32_t*>(c), reinterpret_cast<float*>(c + 4 * n_),
             reinterpret_cast<int32_t*>(c + 8 * n_)};
   }
 
  private:
   static constexpr size_t kPair = 128 / sizeof(uint32_t);  // words in a 128-byte line pair
-  static constexpr size_t kTableWords = 5;   // per sample: width, height, width_i, height_i, start
+  static constexpr size_t kTableWords = 6;   // per sample: width, height, width_i, height_i, start, head
   static constexpr size_t kCornerWords = 9;  // per sample: row (4), weight (4), mask (1)
   // Words of a block of `per_sample` words per sample, rounded up to line pairs, plus a free one.
   size_t block(size_t per_sample) const { return (per_sample * n_ + kPair - 1) / kPair * kPair + kPair; }
@@ -147,12 +151,14 @@ void build_tables(Plan& p, const Workspace& ws, const SpatialShapes& shapes, con
   int32_t* width_i = ws.int_table(2);
   int32_t* height_i = ws.int_table(3);
   int32_t* start = ws.int_table(4);
+  int32_t* head = ws.int_table(5);
   // Padding lanes get a 1x1 level so that vector code may compute on them harmlessly.
   std::fill(width, width + n, 1.0f);
   std::fill(height, height + n, 1.0f);
   std::fill(width_i, width_i + n, 1);
   std::fill(height_i, height_i + n, 1);
   std::fill(start, start + n, 0);
+  std::fill(head, head + n, 0);
   for (int64_t s = 0; s < p.samples; ++s) {
     const auto l = static_cast<size_t>((s / p.points) % p.levels);
     const auto i = static_cast<size_t>(s);
@@ -161,12 +167,14 @@ void build_tables(Plan& p, const Workspace& ws, const SpatialShapes& shapes, con
     height[i] = static_cast<float>(shapes[l].first);
     width[i] = static_cast<float>(shapes[l].second);
     start[i] = static_cast<int32_t>(level_start[l]);
+    head[i] = static_cast<int32_t>(s / (p.levels * p.points));
   }
   p.width = width;
   p.height = height;
   p.width_i = width_i;
   p.height_i = height_i;
   p.start = start;
+  p.head = head;
 }
 
 // ---- fast paths without AVX-512 ----
@@ -244,11 +252,12 @@ void dispatch(MsdaIsa isa, const Plan& p, const Workspace& ws, ThreadPool& pool)
   // Chunks of at least ~2k samples amortize the pool's hand-off; the pool caps the chunk count.
   const int64_t grain = std::max<int64_t>(1, 2048 / p.samples);
   pool.parallel_for_indexed(p.bs * p.lq, grain, [&](int64_t begin, int64_t end, int participant) {
-    Corners c = ws.corners(participant);
+    Corners c = ws.corners(participant, 0);
+    Corners next = ws.corners(participant, 1);
     switch (isa) {
       case MsdaIsa::kScalar: msda_detail::run_scalar(p, c, begin, end); return;
       case MsdaIsa::kAvx2: msda_detail::run_avx2(p, c, begin, end); return;
-      case MsdaIsa::kAvx512: msda_detail::run_avx512(p, c, begin, end); return;
+      case MsdaIsa::kAvx512: msda_detail::run_avx512(p, c, next, begin, end); return;
     }
   });
 }
@@ -354,7 +363,8 @@ bool msda_isa_supported(MsdaIsa isa) {
     case MsdaIsa::kScalar: return true;
     case MsdaIsa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case MsdaIsa::kAvx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512dq");
   }
   return false;
 }
@@ -367,12 +377,17 @@ MsdaIsa msda_best_isa() {
 }
 
 void msda_with_isa(MsdaIsa isa, const Tensor& value, const SpatialShapes& spatial_shapes, const std::vector<int64_t>& level_start,
-                   const Tensor& sampling_locations, const Tensor& attention_weights, Tensor& out, ThreadPool& pool) {
+                   const Tensor& sampling_locations, const Tensor& attention_weights, Tensor& out, ThreadPool& pool,
+                   MsdaPrefetch prefetch) {
   if (!msda_isa_supported(isa))
     throw Error(ErrorKind::kUnsupported, std::string("this CPU lacks ") + msda_isa_name(isa)).where("msda");
   Plan p = check("msda", value, spatial_shapes, level_start, sampling_locations, attention_weights, out);
   const Workspace ws(p.samples_padded, pool.size());
   build_tables(p, ws, spatial_shapes, level_start);
+  // 8 MiB (measured, docs/PERF.md): tiny's maps (2.5 MB at most) lose with prefetching, base's
+  // (31-41 MB) gain.
+  const double batch_bytes = static_cast<double>(p.lv) * static_cast<double>(p.heads * p.hd) * sizeof(float);
+  p.prefetch = prefetch == MsdaPrefetch::kOn || (prefetch == MsdaPrefetch::kAuto && batch_bytes >= kMsdaPrefetchBytes);
   dispatch(isa, p, ws, pool);
 }
 

@@ -16,7 +16,8 @@
 // against). msda is the fast kernel: per query it first turns every (h, l, p) sample into four
 // corner rows and four corner weights (attention weight folded in), vectorized over samples, then
 // accumulates value rows across hd with AVX-512 (AVX2 or scalar where the CPU lacks it, chosen at
-// run time), over (b, q) chunks of the pool. Its sums are ordered differently from the reference
+// run time), over (b, q) chunks of the pool; on value maps of 8 MiB or more per batch it also
+// prefetches the next query's rows (MsdaPrefetch). Its sums are ordered differently from the reference
 // (per corner, with FMAs), so it agrees to rounding: |fast - ref| <= ~1e-6 * sum |w| * max |value|.
 #pragma once
 
@@ -43,10 +44,18 @@ enum class MsdaIsa : uint8_t { kScalar, kAvx2, kAvx512 };
 const char* msda_isa_name(MsdaIsa isa);
 bool msda_isa_supported(MsdaIsa isa);
 MsdaIsa msda_best_isa();
+// Whether the AVX-512 path prefetches the next query's value rows while it accumulates this one.
+// kAuto (what msda uses) turns it on for value maps of kMsdaPrefetchBytes or more per batch: maps
+// that stream from DRAM, where prefetching halves base TSA's time; on maps that fit the caches
+// its instructions cost more than the stalls they hide. Tests and the benchmark force kOn/kOff;
+// the result is bit-identical either way.
+enum class MsdaPrefetch : uint8_t { kAuto, kOff, kOn };
+inline constexpr double kMsdaPrefetchBytes = 8.0 * (1 << 20);
 // Throws Error(kUnsupported) when the CPU lacks `isa`.
 void msda_with_isa(MsdaIsa isa, const Tensor& value, const SpatialShapes& spatial_shapes,
                    const std::vector<int64_t>& level_start, const Tensor& sampling_locations,
-                   const Tensor& attention_weights, Tensor& out, ThreadPool& pool);
+                   const Tensor& attention_weights, Tensor& out, ThreadPool& pool,
+                   MsdaPrefetch prefetch = MsdaPrefetch::kAuto);
 
 namespace msda_detail {
 
@@ -67,6 +76,9 @@ struct Plan {
   const int32_t* width_i = nullptr;  // W_l
   const int32_t* height_i = nullptr;  // H_l
   const int32_t* start = nullptr;  // level_start[l]
+  const int32_t* head = nullptr;   // the sample's head
+  bool prefetch = false;  // see MsdaPrefetch (the AVX-512 path)
+  bool rows_line_aligned = false;  // every (b, row, h) slice of value starts on a 64-byte line
 };
 
 // One query's samples turned into corner rows and weights, corner-major structure of arrays
@@ -86,7 +98,9 @@ void prepare_corners_scalar(const Plan& plan, const float* loc_q, const float* a
 // Kernels over the flattened (b, q) range [begin, end), with `c` as their scratch.
 void run_scalar(const Plan& plan, Corners& c, int64_t begin, int64_t end);
 void run_avx2(const Plan& plan, Corners& c, int64_t begin, int64_t end);
-void run_avx512(const Plan& plan, Corners& c, int64_t begin, int64_t end);
+// The AVX-512 kernel takes a second Corners: it prepares query q+1 into one while it
+// accumulates query q from the other.
+void run_avx512(const Plan& plan, Corners& c, Corners& next, int64_t begin, int64_t end);
 
 }  // namespace msda_detail
 }  // namespace bev::cpu

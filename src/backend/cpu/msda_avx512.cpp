@@ -3,18 +3,20 @@
 //
 // Per query: (1) 16 samples at a time, turn (x, y, w) into four corner rows, four corner weights
 // (bilinear x attention) and a 4-bit in-map mask; (2) per head, stream the corner rows of its L*P
-// samples and accumulate weight * row into zmm registers across head_dim. Step (1) is a few dozen
-// vector instructions per 16 samples; step (2) is the gather-FMA that bounds the op.
+// samples and accumulate weight * row into zmm registers across head_dim; (3) on large maps,
+// prefetch the corner rows of the next query. Step (1) is a few dozen vector instructions per 16
+// samples; step (2) is the gather-FMA that bounds the op once (3) keeps its rows in cache.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "backend/cpu/msda.h"
 
 namespace bev::cpu::msda_detail {
 namespace {
 
-#define BEV_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define BEV_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
 BEV_AVX512 inline __mmask16 first_lanes(int64_t count) {
   return count >= 16 ? __mmask16(0xFFFF) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1u);
@@ -130,23 +132,76 @@ BEV_AVX512 void accumulate_head(const Plan& p, const Corners& c, const float* vb
   }
 }
 
+// Step (3), for value maps of kMsdaPrefetchBytes or more: touch every line of query bq+1's corner
+// rows (prepared into `c`) while query bq accumulates. The hardware prefetchers do not follow these
+// rows (four corners, up to eight heads, two map rows: dozens of short streams that each cross
+// a 4 KiB page every few queries), so without it nearly every corner of base's TSA waits on
+// DRAM. Corners outside the map hold row 0: a harmless prefetch.
+BEV_AVX512 void prefetch_rows(const Plan& p, const Corners& c, const float* vbatch) {
+  const __m512i row_bytes = _mm512_set1_epi64(p.value_stride_row * static_cast<int64_t>(sizeof(float)));
+  const __m512i head_bytes = _mm512_set1_epi64(p.value_stride_h * static_cast<int64_t>(sizeof(float)));
+  const __m512i base = _mm512_set1_epi64(static_cast<int64_t>(reinterpret_cast<uintptr_t>(vbatch)));
+  // A row of hd floats starting on a cache line spans hd*4/64 lines rounded up; otherwise one
+  // more may be needed (prefetching past the row is harmless: prefetches never fault).
+  const auto hd_bytes = p.hd * static_cast<int64_t>(sizeof(float));
+  const int64_t span = p.rows_line_aligned ? hd_bytes : hd_bytes + 63;
+  // (maskz_ conversions: GCC 12 warns on the _mm512_undefined source of the unmasked one.)
+  alignas(64) int64_t addr[8];
+  for (int64_t s0 = 0; s0 < p.samples; s0 += 8) {
+    const __m512i head = _mm512_maskz_cvtepi32_epi64(0xFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.head + s0)));
+    const __m512i head_base = _mm512_add_epi64(base, _mm512_mullo_epi64(head, head_bytes));
+    const int64_t count = std::min<int64_t>(8, p.samples - s0);
+    for (int k = 0; k < 4; ++k) {
+      const __m512i row = _mm512_maskz_cvtepi32_epi64(0xFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c.row + k * c.n + s0)));
+      _mm512_store_si512(addr, _mm512_add_epi64(head_base, _mm512_mullo_epi64(row, row_bytes)));
+      for (int64_t i = 0; i < count; ++i) {
+        const char* a = reinterpret_cast<const char*>(addr[i]);
+        for (int64_t off = 0; off < span; off += 64) _mm_prefetch(a + off, _MM_HINT_T0);
+      }
+    }
+  }
+}
+
+// With step (3), the locations and weights of query bq, two queries ahead: one sequential stream,
+// yet in base's TSA their loads stalled about a quarter of the time (perf, one thread) while the
+// row prefetches kept the memory system busy; this took base TSA from 24.5-29.5 to 20.2-23.5 ms.
+BEV_AVX512 inline void prefetch_samples(const Plan& p, int64_t bq) {
+  const char* loc = reinterpret_cast<const char*>(p.loc + bq * p.samples * 2);
+  const char* attn = reinterpret_cast<const char*>(p.attn + bq * p.samples);
+  for (int64_t off = 0; off < p.samples * 8; off += 64) _mm_prefetch(loc + off, _MM_HINT_T0);
+  for (int64_t off = 0; off < p.samples * 4; off += 64) _mm_prefetch(attn + off, _MM_HINT_T0);
+}
+
 }  // namespace
 
-// Tried and dropped: computing query bq+1's corners early and prefetching their rows (double
-// buffer) cost more in prefetch instructions than it saved in stalls (tiny TSA 13.0 -> 13.6
-// ns/sample; same-pixel case 4.3 -> 6.4).
-BEV_AVX512 void run_avx512(const Plan& p, Corners& scratch, int64_t begin, int64_t end) {
-  // A local copy of the pointers: the vector stores below may alias anything the compiler can
+// With Plan::prefetch the loop runs one query ahead: query bq+1 is prepared into the other
+// Corners and its rows prefetched before query bq accumulates. Prefetching at every shape was
+// tried: at tiny's shapes, whose maps sit in L2/L3, its instructions cost more than the stalls
+// they hide (bench_msda, 2 threads: tiny SCA 0.53 -> 0.93 ms, tiny TSA 0.70 -> 1.08; an earlier
+// try measured only tiny TSA and dropped prefetching altogether).
+BEV_AVX512 void run_avx512(const Plan& p, Corners& scratch, Corners& next_scratch, int64_t begin, int64_t end) {
+  // Local copies of the pointers: the vector stores below may alias anything the compiler can
   // reach through a reference, which would reload them after every store.
-  Corners c = scratch;
+  Corners c = scratch, next = next_scratch;
   const int64_t per_head = p.levels * p.points;
+  const auto prepare = [&](int64_t bq, Corners& into) __attribute__((always_inline)) BEV_AVX512 {
+    prepare_corners_avx512(p, p.loc + bq * p.samples * 2, p.attn + bq * p.samples, into);
+  };
+  if (p.prefetch && begin < end) prepare(begin, c);
   for (int64_t bq = begin; bq < end; ++bq) {
     const int64_t b = bq / p.lq;
-    prepare_corners_avx512(p, p.loc + bq * p.samples * 2, p.attn + bq * p.samples, c);
+    if (!p.prefetch) {
+      prepare(bq, c);
+    } else if (bq + 1 < end) {
+      if (bq + 2 < end) prefetch_samples(p, bq + 2);
+      prepare(bq + 1, next);
+      prefetch_rows(p, next, p.value + (bq + 1) / p.lq * p.value_stride_b);
+    }
     for (int64_t h = 0; h < p.heads; ++h) {
       const float* vbase = p.value + b * p.value_stride_b + h * p.value_stride_h;
       accumulate_head(p, c, vbase, h * per_head, (h + 1) * per_head, p.out + (bq * p.heads + h) * p.hd);
     }
+    if (p.prefetch) std::swap(c, next);
   }
 }
 
