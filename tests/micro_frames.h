@@ -1,9 +1,11 @@
 // The golden micro set's frames as frame JSON documents (docs/FORMATS.md): the raw PNGs by path
 // relative to the set's folder, K + extrinsics, the ego pose and the raw CAN fields. Shared by
-// the tests that drive the frame path (frames, Model API, server).
+// the tests that drive the frame path (frames, Model API, server) and those that read the set's
+// config and metadata (config, geometry).
 #pragma once
 
 #include <fstream>
+#include <stdexcept>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +16,7 @@ inline const std::string kMicroDir = std::string(BEV_SHARED_DIR) + "/golden/micr
 
 inline nlohmann::json read_json_file(const std::string& path) {
   std::ifstream in(path);
+  if (!in.good()) throw std::runtime_error("cannot open " + path);
   return nlohmann::json::parse(in);
 }
 

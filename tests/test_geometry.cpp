@@ -23,6 +23,7 @@
 
 #include "bevformer/error.h"
 #include "io/checkpoint.h"
+#include "micro_frames.h"
 #include "model/config.h"
 #include "model/geometry.h"
 
@@ -31,13 +32,8 @@ namespace {
 
 using json = nlohmann::json;
 
-const std::string kMicro = std::string(BEV_SHARED_DIR) + "/golden/micro";
-
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << path;
-  return json::parse(in);
-}
+const std::string& kMicro = testing::kMicroDir;
+json read_json(const std::string& path) { return testing::read_json_file(path); }
 
 struct Frame {
   Checkpoint tensors;
