@@ -19,6 +19,7 @@
 #include <dnnl.hpp>
 
 #include "backend/cpu/deform_conv2d.h"
+#include "backend/cpu/onednn.h"
 
 namespace {
 
@@ -63,6 +64,7 @@ void BM_dcn(benchmark::State& state) {
 
 void BM_matmul_only(benchmark::State& state) {
   const int64_t n = state.range(0), h = state.range(1), w = state.range(2), c = state.range(3);
+  const bool bf16 = state.range(4) != 0;
   const int64_t m = n * h * w, k = 9 * c;
   const Tensor a = random_tensor({m, k}, 1, -1.0f, 1.0f), b = random_tensor({k, c}, 2, -0.05f, 0.05f);
   Tensor y = Tensor::empty({m, c}, DType::kF32);
@@ -70,14 +72,25 @@ void BM_matmul_only(benchmark::State& state) {
   using tag = dnnl::memory::format_tag;
   const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(eng);
-  const dnnl::memory::desc amd({m, k}, dt::f32, tag::ab), bmd({k, c}, dt::f32, tag::ab), ymd({m, c}, dt::f32, tag::ab);
-  const dnnl::matmul mm(dnnl::matmul::primitive_desc(dnnl::matmul::desc(amd, bmd, ymd), eng));
-  const dnnl::memory am(amd, eng, a.raw_data()), bm(bmd, eng, b.raw_data()), ym(ymd, eng, y.raw_data());
+  const dt in_dt = bf16 ? dt::bf16 : dt::f32;
+  // Packed weights (tag::any, reordered once), as the DCN's own matmul has them.
+  const dnnl::memory::desc amd({m, k}, in_dt, tag::ab), bmd({k, c}, in_dt, tag::any), ymd({m, c}, dt::f32, tag::ab);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, bmd, ymd), eng);
+  const dnnl::matmul mm(pd);
+  dnnl::memory a32({{m, k}, dt::f32, tag::ab}, eng, a.raw_data()), b32({{k, c}, dt::f32, tag::ab}, eng, b.raw_data());
+  dnnl::memory am = a32, bm(pd.weights_desc(), eng), ym(ymd, eng, y.raw_data());
+  if (bf16) {
+    am = dnnl::memory(amd, eng);
+    dnnl::reorder(a32, am).execute(stream, a32, am);
+  }
+  dnnl::reorder(b32, bm).execute(stream, b32, bm);
+  stream.wait();
   for (auto _ : state) {
     mm.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, ym}});
     stream.wait();
   }
   state.counters["GFLOP/s"] = gflops_counter(n, h, w, c);
+  state.SetLabel(bev::cpu::impl_name(pd));
 }
 
 // Budgets: 2, 8 (the default) and 32 MiB of column tile.
@@ -101,9 +114,11 @@ BENCHMARK(BM_dcn)
     ->UseRealTime();
 
 BENCHMARK(BM_matmul_only)
-    ->ArgNames({"cams", "H", "W", "C"})
-    ->Args({6, 58, 100, 256})
-    ->Args({6, 29, 50, 512})
+    ->ArgNames({"cams", "H", "W", "C", "bf16"})
+    ->Args({6, 58, 100, 256, 0})
+    ->Args({6, 29, 50, 512, 0})
+    ->Args({6, 58, 100, 256, 1})
+    ->Args({6, 29, 50, 512, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

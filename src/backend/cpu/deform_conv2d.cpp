@@ -184,6 +184,19 @@ struct DeformConv2d::Impl {
   mutable std::mutex mu;
   mutable Tensor scratch;
   mutable std::map<int64_t, Matmul> matmuls;
+  // weight_kc reordered into the layouts the matmuls asked for (tag::any): packed weights are
+  // what oneDNN's brgemm matmul runs fastest on; plain [K, Cout] made it repack them per call.
+  mutable std::vector<std::pair<dnnl::memory::desc, dnnl::memory>> packed;
+
+  dnnl::memory packed_weights(const dnnl::memory::desc& want, const dnnl::memory::desc& plain) const {
+    for (const auto& [md, mem] : packed)
+      if (md == want) return mem;
+    dnnl::memory from(plain, engine(), weight_kc.raw_data()), to(want, engine());
+    dnnl::reorder(from, to).execute(stream(), from, to);
+    stream().wait();
+    packed.emplace_back(want, to);
+    return to;
+  }
 
   const Matmul& matmul_for(int64_t m) const {
     auto it = matmuls.find(m);
@@ -193,7 +206,8 @@ struct DeformConv2d::Impl {
     const int64_t k = kh * kw * cin;
     const dt operand = bf16 ? dt::bf16 : dt::f32;
     const dnnl::memory::desc src({m, k}, operand, tag::ab);
-    const dnnl::memory::desc wei({k, cout}, operand, tag::ab);
+    const dnnl::memory::desc wei_plain({k, cout}, operand, tag::ab);
+    const dnnl::memory::desc wei({k, cout}, operand, tag::any);
     const dnnl::memory::desc dst({m, cout}, dt::f32, tag::ab);
     const dnnl::memory::desc bias({1, cout}, dt::f32, tag::ab);
     const dnnl::matmul::desc d =
@@ -203,7 +217,7 @@ struct DeformConv2d::Impl {
     const dnnl::matmul::primitive_desc pd(d, attr, engine());
     Matmul mm{dnnl::matmul(pd),
               unbound(src),
-              dnnl::memory(wei, engine(), weight_kc.raw_data()),
+              packed_weights(pd.weights_desc(), wei_plain),
               bias_1c.defined() ? dnnl::memory(bias, engine(), bias_1c.raw_data()) : dnnl::memory(),
               unbound(dst),
               dnnl::memory(pd.scratchpad_desc(), engine())};
