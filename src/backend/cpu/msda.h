@@ -17,8 +17,9 @@
 // corner rows and four corner weights (attention weight folded in), vectorized over samples, then
 // accumulates value rows across hd with AVX-512 (AVX2 or scalar where the CPU lacks it, chosen at
 // run time), over (b, q) chunks of the pool; on value maps of 8 MiB or more per batch it also
-// prefetches the next query's rows (MsdaPrefetch). Its sums are ordered differently from the reference
-// (per corner, with FMAs), so it agrees to rounding: |fast - ref| <= ~1e-6 * sum |w| * max |value|.
+// prefetches the next query's rows (MsdaPrefetch). Its sums are ordered differently from the
+// reference (per corner, with FMAs), so it agrees to rounding:
+// |fast - ref| <= ~1e-6 * sum |w| * max |value|.
 #pragma once
 
 #include <cstdint>
@@ -46,9 +47,9 @@ bool msda_isa_supported(MsdaIsa isa);
 MsdaIsa msda_best_isa();
 // Whether the AVX-512 path prefetches the next query's value rows while it accumulates this one.
 // kAuto (what msda uses) turns it on for value maps of kMsdaPrefetchBytes or more per batch: maps
-// that stream from DRAM, where prefetching halves base TSA's time; on maps that fit the caches
-// its instructions cost more than the stalls they hide. Tests and the benchmark force kOn/kOff;
-// the result is bit-identical either way.
+// that stream from DRAM, where prefetching cuts base TSA's time by a third; on maps that fit the
+// caches its instructions cost more than the stalls they hide. Tests and the benchmark force
+// kOn/kOff; the result is bit-identical either way.
 enum class MsdaPrefetch : uint8_t { kAuto, kOff, kOn };
 inline constexpr double kMsdaPrefetchBytes = 8.0 * (1 << 20);
 // Throws Error(kUnsupported) when the CPU lacks `isa`.
