@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "io_test_util.h"
 #include "bevformer/profile.h"
 #include "io/checkpoint.h"
 #include "model/bevformer.h"
@@ -169,21 +170,27 @@ class ProfileMicro : public ::testing::Test {
     o.rounds = 5;
     o.eager = true;
     o.threads = 2;
-    o.out_dir = std::string(BEV_BINARY_DIR) + "/test_profile_micro";
-    std::filesystem::remove_all(o.out_dir);
+    // A directory of this process's own: ctest runs each test of this suite as a process of
+    // its own, in parallel, and with one shared directory one process read trace.json while
+    // another was rewriting it (a truncated-JSON failure in CI).
+    out_ = std::make_unique<testing::TempDir>();
+    o.out_dir = out_->str();
     report_ = std::make_unique<ProfileReport>(run_profile(o));
     dir_ = o.out_dir;
   }
   static void TearDownTestSuite() {
     report_.reset();
     cfg_.reset();
+    out_.reset();
   }
+  static std::unique_ptr<testing::TempDir> out_;
   static std::unique_ptr<ModelConfig> cfg_;
   static std::unique_ptr<ProfileReport> report_;
   static std::string dir_;
 };
 std::unique_ptr<ModelConfig> ProfileMicro::cfg_;
 std::unique_ptr<ProfileReport> ProfileMicro::report_;
+std::unique_ptr<testing::TempDir> ProfileMicro::out_;
 std::string ProfileMicro::dir_;
 
 TEST_F(ProfileMicro, EveryStageOncePerLayerInOrder) {
