@@ -2,7 +2,10 @@
 
 #include "backend/batch_norm.h"
 
+#include <omp.h>
+
 #include <array>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -51,14 +54,7 @@ struct Conv2d::State {
   int64_t out_ch = 0, in_ch_per_group = 0, kh = 0, kw = 0;
   dnnl::memory bias;  // f32 [O], owned copy; empty when the conv has no bias
 
-  // Weights in a kernel's preferred layout. [0] is made at construction; another layout is added
-  // only if a later input shape picks a kernel that wants a different one (reordered from [0],
-  // which is exact: same dtype).
-  struct Weights {
-    dnnl::memory::desc md;
-    dnnl::memory mem;
-  };
-  std::vector<Weights> weights;
+  PackedWeights weights;  // the first layout made at construction, for a representative map
 
   // Everything one input shape needs, created on its first run.
   struct Plan {
@@ -90,10 +86,12 @@ struct Conv2d::State {
     };
     std::vector<Piece> pieces;  // empty: one conv with the sum post-op; else [chunk] or [chunk, tail]
     dnnl::memory temp;          // f32 [chunk pixels, out_ch]
+    std::mutex mu;              // one run at a time on the plan's bound memory objects
   };
-  using Key = std::array<int64_t, 6>;  // N, H, W, and the dtypes of source, output, residual
-  std::mutex mu;
-  std::map<Key, Plan> plans;
+  // N, H, W, the dtypes of source, output and residual, and the lane (see Conv2d::run).
+  using Key = std::array<int64_t, 7>;
+  std::mutex mu;  // the plan map and the weight layouts
+  std::map<Key, std::unique_ptr<Plan>> plans;
 
   dt src_dt() const { return precision == Precision::kBF16 ? dt::bf16 : dt::f32; }
   int64_t groups() const { return attrs.groups; }
@@ -130,17 +128,7 @@ struct Conv2d::State {
     return {d, attr, engine()};
   }
 
-  // The packed weights in the layout `want`, reordered from [0] the first time a kernel asks.
-  dnnl::memory weights_in(const dnnl::memory::desc& want) {
-    for (const Weights& cand : weights) {
-      if (cand.md == want) return cand.mem;
-    }
-    Weights extra{want, dnnl::memory(want, engine())};
-    dnnl::reorder(weights[0].mem, extra.mem).execute(stream(), weights[0].mem, extra.mem);
-    stream().wait();
-    weights.push_back(std::move(extra));
-    return weights.back().mem;
-  }
+  dnnl::memory weights_in(const dnnl::memory::desc& want) { return weights.in(want); }
 
   bool pixel_gemm() const {
     return attrs.residual && groups() == 1 && kh == 1 && kw == 1 && attrs.stride_h == 1 && attrs.stride_w == 1 &&
@@ -246,12 +234,25 @@ struct Conv2d::State {
     st.wait();
   }
 
-  Plan& plan_for(int64_t n, int64_t h, int64_t w, dt in_dt = dt::f32, dt out_dt = dt::f32, dt res_dt = dt::f32) {
-    const Key key = {n, h, w, static_cast<int64_t>(in_dt), static_cast<int64_t>(out_dt), static_cast<int64_t>(res_dt)};
-    auto it = plans.find(key);
-    if (it != plans.end()) return it->second;
+  Plan& plan_for(int64_t n, int64_t h, int64_t w, dt in_dt = dt::f32, dt out_dt = dt::f32, dt res_dt = dt::f32,
+                 int lane = 0) {
+    const Key key = {n, h, w, static_cast<int64_t>(in_dt), static_cast<int64_t>(out_dt), static_cast<int64_t>(res_dt),
+                     lane};
+    std::unique_ptr<Plan>& slot = plans[key];
+    if (!slot) {
+      try {
+        slot = make_plan(n, h, w, in_dt, out_dt, res_dt);
+      } catch (...) {
+        plans.erase(key);
+        throw;
+      }
+    }
+    return *slot;
+  }
 
-    Plan p;
+  std::unique_ptr<Plan> make_plan(int64_t n, int64_t h, int64_t w, dt in_dt, dt out_dt, dt res_dt) {
+    auto made = std::make_unique<Plan>();
+    Plan& p = *made;
     p.src_md = dnnl::memory::desc({n, in_ch_per_group * groups(), h, w}, in_dt, tag::nhwc);
     if (precision == Precision::kBF16 && in_dt == dt::f32) {
       const dnnl::memory::desc bf16_md({n, in_ch_per_group * groups(), h, w}, dt::bf16, tag::nhwc);
@@ -261,7 +262,7 @@ struct Conv2d::State {
     p.src = unbound(p.src_md);
     if (pixel_gemm()) p.pieces = make_pieces(n * h * w, res_dt, out_dt, p.temp);
     if (p.pieces.empty()) p.temp = dnnl::memory();
-    if (!p.pieces.empty()) return plans.emplace(key, std::move(p)).first->second;
+    if (!p.pieces.empty()) return made;
 
     p.pd = make_pd(n, h, w, weights_any_md(), out_dt);
     p.weights = weights_in(p.pd.weights_desc());
@@ -274,7 +275,7 @@ struct Conv2d::State {
       p.residual = unbound(res_md);
     }
     p.dst = unbound(p.dst_md);
-    return plans.emplace(key, std::move(p)).first->second;
+    return made;
   }
 };
 
@@ -321,10 +322,31 @@ Conv2d::Conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs&
   const int64_t rep_h = (s.kh - 1) * attrs.dilation_h + 1 + 16 * attrs.stride_h;
   const int64_t rep_w = (s.kw - 1) * attrs.dilation_w + 1 + 16 * attrs.stride_w;
   const auto pd = s.make_pd(1, rep_h, rep_w, s.weights_any_md());
-  State::Weights packed{pd.weights_desc(), dnnl::memory(pd.weights_desc(), engine())};
-  dnnl::reorder(user, packed.mem).execute(stream(), user, packed.mem);
-  stream().wait();
-  s.weights.push_back(std::move(packed));
+  s.weights = PackedWeights(reordered(user, pd.weights_desc()));
+}
+
+Conv2d::Conv2d(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+Conv2d Conv2d::with_attrs(const Conv2dAttrs& attrs) const {
+  const State& s = *state_;
+  if (attrs.groups != s.attrs.groups || attrs.stride_h < 1 || attrs.stride_w < 1 || attrs.dilation_h < 1 ||
+      attrs.dilation_w < 1 || attrs.pad_h < 0 || attrs.pad_w < 0) {
+    invalid("derived attributes (groups " + std::to_string(attrs.groups) + ")",
+            "groups " + std::to_string(s.attrs.groups) + ", stride and dilation >= 1, pad >= 0");
+  }
+  auto d = std::make_unique<State>();
+  d->attrs = attrs;
+  d->precision = s.precision;
+  d->out_ch = s.out_ch;
+  d->in_ch_per_group = s.in_ch_per_group;
+  d->kh = s.kh;
+  d->kw = s.kw;
+  d->bias = s.bias;  // read-only after construction: the handles may share it
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    d->weights = s.weights;
+  }
+  return Conv2d(std::move(d));
 }
 
 Conv2d::~Conv2d() = default;
@@ -332,6 +354,8 @@ Conv2d::Conv2d(Conv2d&&) noexcept = default;
 Conv2d& Conv2d::operator=(Conv2d&&) noexcept = default;
 
 const Conv2dAttrs& Conv2d::attrs() const { return state_->attrs; }
+int64_t Conv2d::in_channels() const { return state_->in_ch_per_group * state_->attrs.groups; }
+int64_t Conv2d::out_channels() const { return state_->out_ch; }
 Precision Conv2d::precision() const { return state_->precision; }
 
 Shape Conv2d::output_shape(const Shape& in) const {
@@ -360,12 +384,12 @@ double Conv2d::flops(const Shape& in) const {
 std::string Conv2d::impl_name(const Shape& in) const {
   output_shape(in);  // validates
   std::lock_guard<std::mutex> lock(state_->mu);
-  const State::Plan& p = state_->plan_for(in[0], in[1], in[2]);
+  const State::Plan& p = state_->plan_for(in[0], in[1], in[2]);  // the descriptors only: no run lock
   if (p.pieces.empty()) return cpu::impl_name(p.pd);
   return cpu::impl_name(p.pieces[0].pd) + " in chunks of " + std::to_string(p.pieces[0].pixels) + " px + binary add";
 }
 
-void Conv2d::run(const Tensor& x, const Tensor* residual, Tensor& y) const {
+void Conv2d::run(const Tensor& x, const Tensor* residual, Tensor& y, int lane) const {
   State& s = *state_;
   check_activation("input", x, s.precision);
   const Shape out = output_shape(x.shape());
@@ -388,9 +412,15 @@ void Conv2d::run(const Tensor& x, const Tensor* residual, Tensor& y) const {
     invalid("a residual was given", "none (attrs.residual is not set)");
   }
 
-  std::lock_guard<std::mutex> lock(s.mu);
-  State::Plan& p = s.plan_for(out[0], x.size(1), x.size(2), dtype_of(x), dtype_of(y),
-                              residual ? dtype_of(*residual) : dt::f32);
+  if (lane < 0) invalid("lane " + std::to_string(lane), "a lane >= 0");
+  State::Plan* plan = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    plan = &s.plan_for(out[0], x.size(1), x.size(2), dtype_of(x), dtype_of(y), residual ? dtype_of(*residual) : dt::f32,
+                       lane);
+  }
+  State::Plan& p = *plan;
+  std::lock_guard<std::mutex> run_lock(p.mu);
   dnnl::stream& st = stream();
   if (!p.pieces.empty()) {
     s.run_pieces(p, x, *residual, y);

@@ -6,7 +6,7 @@
 // the first run for each input shape and reused after that, together with its scratchpad, the
 // dnnl::memory objects its tensors are bound to (and, in bf16 mode, the bf16 copy of the source),
 // so a replayed plan allocates nothing here (oneDNN's own execution still does: see onednn.h).
-// run() may be called from several threads; calls are serialized.
+// run() may be called from several threads: see run() for what runs concurrently.
 #pragma once
 
 #include <memory>
@@ -28,6 +28,11 @@ class Conv2d {
   Conv2d(Conv2d&&) noexcept;
   Conv2d& operator=(Conv2d&&) noexcept;
 
+  // The same packed weights and bias under other attributes (same kernel size and groups): the
+  // fused bottleneck's 3x3 runs on strips of rows that carry their own halo, so it pads only
+  // left and right.
+  Conv2d with_attrs(const Conv2dAttrs& attrs) const;
+
   // [N, H, W, C] -> [N, HO, WO, O]; throws kInvalidInput if C or the map size do not fit.
   Shape output_shape(const Shape& input_nhwc) const;
 
@@ -37,13 +42,20 @@ class Conv2d {
   // residual (y already holds the identity, e.g. the downsample conv wrote it there or the block
   // input's buffer is reused as y) saves a copy of the residual into y: 5% (ResNet-50 layer4) to
   // 35% (layer1) of an expand conv's time.
-  void run(const Tensor& x_nhwc, const Tensor* residual_nhwc, Tensor& y_nhwc) const;
+  //
+  // Threads: each (input shape, dtypes, lane) has a plan of its own, and runs on one plan are
+  // serialized. Calls on different lanes run concurrently, each with oneDNN's whole team, or
+  // single-threaded when made from inside an OpenMP parallel region (oneDNN does not nest): the
+  // fused bottleneck (cpu::Bottleneck) gives each of its threads a lane and strips of the map.
+  void run(const Tensor& x_nhwc, const Tensor* residual_nhwc, Tensor& y_nhwc, int lane = 0) const;
 
   // Multiply-adds x2 for one run on this input shape (for GFLOP/s reports).
   double flops(const Shape& input_nhwc) const;
   // The oneDNN implementation that runs this input shape, e.g. "brgconv:avx512_core" (reports).
   std::string impl_name(const Shape& input_nhwc) const;
 
+  int64_t in_channels() const;   // C: I/groups x groups
+  int64_t out_channels() const;  // O
   const Conv2dAttrs& attrs() const;
   Precision precision() const;
 
@@ -57,6 +69,7 @@ class Conv2d {
 
  private:
   struct State;
+  explicit Conv2d(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };
 

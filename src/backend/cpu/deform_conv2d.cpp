@@ -186,17 +186,7 @@ struct DeformConv2d::Impl {
   mutable std::map<int64_t, Matmul> matmuls;
   // weight_kc reordered into the layouts the matmuls asked for (tag::any): packed weights are
   // what oneDNN's brgemm matmul runs fastest on; plain [K, Cout] made it repack them per call.
-  mutable std::vector<std::pair<dnnl::memory::desc, dnnl::memory>> packed;
-
-  dnnl::memory packed_weights(const dnnl::memory::desc& want, const dnnl::memory::desc& plain) const {
-    for (const auto& [md, mem] : packed)
-      if (md == want) return mem;
-    dnnl::memory from(plain, engine(), weight_kc.raw_data()), to(want, engine());
-    dnnl::reorder(from, to).execute(stream(), from, to);
-    stream().wait();
-    packed.emplace_back(want, to);
-    return to;
-  }
+  mutable PackedWeights packed;  // its source: weight_kc as a plain [K, Cout] matrix
 
   const Matmul& matmul_for(int64_t m) const {
     auto it = matmuls.find(m);
@@ -206,7 +196,6 @@ struct DeformConv2d::Impl {
     const int64_t k = kh * kw * cin;
     const dt operand = bf16 ? dt::bf16 : dt::f32;
     const dnnl::memory::desc src({m, k}, operand, tag::ab);
-    const dnnl::memory::desc wei_plain({k, cout}, operand, tag::ab);
     const dnnl::memory::desc wei({k, cout}, operand, tag::any);
     const dnnl::memory::desc dst({m, cout}, dt::f32, tag::ab);
     const dnnl::memory::desc bias({1, cout}, dt::f32, tag::ab);
@@ -217,7 +206,7 @@ struct DeformConv2d::Impl {
     const dnnl::matmul::primitive_desc pd(d, attr, engine());
     Matmul mm{dnnl::matmul(pd),
               unbound(src),
-              packed_weights(pd.weights_desc(), wei_plain),
+              packed.in(pd.weights_desc()),
               bias_1c.defined() ? dnnl::memory(bias, engine(), bias_1c.raw_data()) : dnnl::memory(),
               unbound(dst),
               dnnl::memory(pd.scratchpad_desc(), engine())};
@@ -263,6 +252,9 @@ DeformConv2d::DeformConv2d(const Tensor& weight_oihw, const Tensor* bias, int st
     float_to_bf16_n(s.weight_kc.data<float>(), static_cast<uint16_t*>(w16.raw_data()), static_cast<size_t>(w16.numel()));
     s.weight_kc = w16;
   }
+  s.packed = PackedWeights(dnnl::memory({{taps * s.cin, s.cout}, s.bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32,
+                                          dnnl::memory::format_tag::ab},
+                                         engine(), s.weight_kc.raw_data()));
   if (bias != nullptr) {
     if (!bias->defined() || bias->dtype() != DType::kF32 || bias->shape() != Shape{s.cout}) {
       bad_tensor("deform_conv2d", *bias, "bias", "f32" + shape_str({s.cout}));

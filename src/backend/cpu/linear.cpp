@@ -55,8 +55,7 @@ struct Linear::State {
   bool relu = false;
   Precision precision = Precision::kF32;
   dnnl::memory bias;  // f32 [1, out]; empty without bias
-  // Packed weights per layout; [0] made at construction (see Conv2d for why there can be more).
-  std::vector<std::pair<dnnl::memory::desc, dnnl::memory>> weights;
+  PackedWeights weights;  // the first layout made at construction, for a representative M
   struct Plan : MatmulPlan {
     dnnl::memory weights;
   };
@@ -81,17 +80,7 @@ struct Linear::State {
     if (it != plans.end()) return it->second;
     Plan p;
     p.pd = make_pd(m);
-    const dnnl::memory::desc want = p.pd.weights_desc();
-    for (const auto& [md, mem] : weights) {
-      if (md == want) p.weights = mem;
-    }
-    if (!p.weights) {
-      dnnl::memory extra(want, engine());
-      dnnl::reorder(weights[0].second, extra).execute(stream(), weights[0].second, extra);
-      stream().wait();
-      weights.emplace_back(want, extra);
-      p.weights = extra;
-    }
+    p.weights = weights.in(p.pd.weights_desc());
     p.prim = dnnl::matmul(p.pd);
     p.scratchpad = dnnl::memory(p.pd.scratchpad_desc(), engine());
     p.src_f32_md = dnnl::memory::desc({m, in}, dt::f32, tag::ab);
@@ -129,10 +118,7 @@ Linear::Linear(const Tensor& weight, const Tensor* bias, bool relu, Precision pr
   const Tensor w = weight.contiguous();
   dnnl::memory user = wrap(w, dnnl::memory::desc({s.in, s.out}, dt::f32, tag::ba));
   const auto pd = s.make_pd(256);  // representative M; other M almost always share the layout
-  dnnl::memory packed(pd.weights_desc(), engine());
-  dnnl::reorder(user, packed).execute(stream(), user, packed);
-  stream().wait();
-  s.weights.emplace_back(pd.weights_desc(), packed);
+  s.weights = PackedWeights(reordered(user, pd.weights_desc()));
 }
 
 Linear::~Linear() = default;

@@ -32,6 +32,23 @@ void set_num_threads(int threads) {
 
 int num_threads() { return omp_get_max_threads(); }
 
+dnnl::memory reordered(const dnnl::memory& from, const dnnl::memory::desc& to) {
+  dnnl::memory out(to, engine());
+  dnnl::memory src = from;  // a handle copy: oneDNN takes non-const memory, reorders only read it
+  dnnl::reorder(src, out).execute(stream(), src, out);
+  stream().wait();
+  return out;
+}
+
+dnnl::memory PackedWeights::in(const dnnl::memory::desc& want) {
+  if (layouts_.empty()) throw Error(ErrorKind::kInternal, "PackedWeights::in before construction");
+  for (const dnnl::memory& m : layouts_) {
+    if (m.get_desc() == want) return m;
+  }
+  layouts_.push_back(reordered(layouts_.front(), want));
+  return layouts_.back();
+}
+
 std::string isa_name() {
   switch (dnnl::get_effective_cpu_isa()) {
     case dnnl::cpu_isa::sse41: return "sse41";

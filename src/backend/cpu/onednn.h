@@ -17,6 +17,7 @@
 #include <initializer_list>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "backend/op.h"
 #include "core/tensor.h"
@@ -85,6 +86,25 @@ inline void execute_reorder(const dnnl::reorder& r, dnnl::stream& stream, const 
                             const dnnl::memory& dst) {
   execute(r, stream, {{DNNL_ARG_FROM, src.get()}, {DNNL_ARG_TO, dst.get()}});
 }
+
+// `from` reordered into a new buffer of layout `to` (and dtype: bf16 weights are rounded here).
+dnnl::memory reordered(const dnnl::memory& from, const dnnl::memory::desc& to);
+
+// Weights kept in every layout a primitive has asked for. With format_tag::any oneDNN names, per
+// input shape, the layout its kernel runs fastest on; the shapes of one op almost always agree, so
+// owners make the first layout at construction and any other only when a later shape asks for it,
+// reordered from the source (exact: same dtype). Not thread-safe: the owner's lock covers it.
+// Copies share the buffers.
+class PackedWeights {
+ public:
+  PackedWeights() = default;
+  // `source`: the weights in some layout, kept as the reorder source of every other.
+  explicit PackedWeights(dnnl::memory source) { layouts_.push_back(std::move(source)); }
+  dnnl::memory in(const dnnl::memory::desc& want);
+
+ private:
+  std::vector<dnnl::memory> layouts_;  // [0] the source
+};
 
 // Argument checks shared by the ops; they throw kInvalidInput with `op` as the place.
 void expect_f32_host(const char* op, const char* name, const Tensor& t);        // defined, f32, cpu
