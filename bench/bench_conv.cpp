@@ -1,9 +1,10 @@
 // cpu::Conv2d at BEVFormer's image-stage shapes, f32 and bf16:
 //   tiny: ResNet-50, pytorch style (stride on the 3x3), 6 cameras x 3 x 480 x 800
 //   base: ResNet-101, caffe style (stride on the first 1x1), 6 cameras x 3 x 928 x 1600
-// Per stage: block 0's strided conv and downsample, then a repeated block's 1x1 reduce, 3x3 and
-// 1x1 expand (+ residual + ReLU, the residual added in place: y holds the identity, as a planned
-// ResNet does it); for tiny, also the expand with a separate residual tensor. Plus the stem, the
+// Per stage: block 0's strided conv and downsample (in layer1, its 64-channel 1x1 reduce), then a
+// repeated block's 1x1 reduce, 3x3 and 1x1 expand (+ residual + ReLU, the residual added in
+// place: y holds the identity, as a planned ResNet does it); for tiny, also the expand with a
+// separate residual tensor. Plus the stem, the
 // FPN convs and, for base, the DCN offset convs (plain 3x3 convs with 27 outputs).
 //
 //   bench_conv --benchmark_repetitions=3 --benchmark_min_time=0.2 [--benchmark_filter=tiny]
@@ -99,6 +100,9 @@ std::vector<ConvCase> resnet_cases(const std::string& model, int64_t ih, int64_t
     }
     cases.push_back({pre + "downsample_1x1_s" + std::to_string(s), n, h, w, in_c, 4 * planes, 1, s, 0, false,
                      Residual::kNone});
+    if (stage == 0) {  // block 0's conv1 reads the stem's 64 channels, not 4 x planes
+      cases.push_back({pre + "b0_reduce_1x1", n, h, w, in_c, planes, 1, 1, 0, true, Residual::kNone});
+    }
     cases.push_back({pre + "reduce_1x1", n, ho, wo, 4 * planes, planes, 1, 1, 0, true, Residual::kNone});
     cases.push_back({pre + "3x3", n, ho, wo, planes, planes, 3, 1, 1, true, Residual::kNone});
     cases.push_back({pre + "expand_1x1_res_inplace", n, ho, wo, planes, 4 * planes, 1, 1, 0, true, Residual::kInPlace});

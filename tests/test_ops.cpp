@@ -31,7 +31,7 @@ Tensor index_tensor(std::vector<int64_t> v) {
 
 // A small stand-in for a model stage that touches every op kind.
 struct MiniStage {
-  PreparedWeights conv_a, conv_b, conv_offset, dcn, fc1, fc2, fc3, fc4;
+  PreparedWeights conv_a, conv_b, conv_offset, dcn, fc1, fc2, fc3, fc4, blk1, blk2, blk3, block;
   Tensor gamma, beta, row, idx, idx_pad;
 
   explicit MiniStage(Ops& ops) {
@@ -40,6 +40,12 @@ struct MiniStage {
     res.residual = true;
     res.relu = true;
     conv_b = ops.prepare_conv2d(random({6, 6, 1, 1}, 2, 0.3f), nullptr, res);
+    // A stride-1 bottleneck 6 -> 3 -> 3 -> 6 as one op.
+    Tensor bb = random({3}, 15, 0.1f);
+    blk1 = ops.prepare_conv2d(random({3, 6, 1, 1}, 14, 0.3f), &bb, {.relu = true});
+    blk2 = ops.prepare_conv2d(random({3, 3, 3, 3}, 16, 0.3f), nullptr, {.pad_h = 1, .pad_w = 1, .relu = true});
+    blk3 = ops.prepare_conv2d(random({6, 3, 1, 1}, 17, 0.3f), nullptr, res);
+    block = ops.prepare_bottleneck(blk1, blk2, blk3, nullptr, DType::kF32);
     Tensor ob = random({27}, 4, 0.1f);
     conv_offset = ops.prepare_conv2d(random({27, 6, 3, 3}, 3, 0.05f), &ob, {.pad_h = 1, .pad_w = 1});
     dcn = ops.prepare_deform_conv2d(random({7, 6, 3, 3}, 5, 0.2f), nullptr, {});
@@ -58,8 +64,9 @@ struct MiniStage {
   Tensor run(Ops& ops, const Tensor& image /*[2, 9, 11, 5] NHWC*/) {
     Tensor a = ops.conv2d(image, conv_a, nullptr, "conv_a");           // [2, 9, 11, 6]
     Tensor b = ops.conv2d(a, conv_b, &a, "conv_b");                    // residual
-    Tensor p = ops.max_pool2d(b, "pool");                              // [2, 5, 6, 6]
-    Tensor f = ops.upsample_nearest_add(p, ops.relu(b), "top_down");   // fine += up(coarse)
+    Tensor blk = ops.bottleneck(b, block, DType::kF32, /*over_input=*/false, "block");
+    Tensor p = ops.max_pool2d(blk, "pool");                            // [2, 5, 6, 6]
+    Tensor f = ops.upsample_nearest_add(p, ops.relu(blk), "top_down"); // fine += up(coarse)
     Tensor om = ops.conv2d(f, conv_offset, nullptr, "offset");         // [2, 9, 11, 27]
     Tensor d = ops.deform_conv2d(f, om, dcn, "dcn");                   // [2, 9, 11, 7]
     Tensor tokens = d.reshape({2 * 9 * 11, 7});

@@ -199,6 +199,9 @@ class AttributingBackend final : public Backend {
                                       const Tensor* bias) override {
     return inner_.prepare(kind, attrs, weight, bias);
   }
+  bool fuses_bottleneck(const Shape& x_nhwc, const BottleneckAttrs& attrs) const override {
+    return inner_.fuses_bottleneck(x_nhwc, attrs);
+  }
   void run(const OpNode& node) override {
     g_op = static_cast<int>(node.kind);
     inner_.run(node);

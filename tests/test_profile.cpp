@@ -119,6 +119,7 @@ class SlowBackend final : public Backend {
   Device device() const override { return Device::kCpu; }
   Precision precision() const override { return Precision::kF32; }
   std::shared_ptr<const void> prepare(OpKind, const OpAttrs&, const Tensor&, const Tensor*) override { return {}; }
+  bool fuses_bottleneck(const Shape&, const BottleneckAttrs&) const override { return false; }
   void run(const OpNode&) override {
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
     while (std::chrono::steady_clock::now() < until) {

@@ -20,9 +20,15 @@ class Backend {
 
   // State for conv2d, deform_conv2d and linear: `weight` in PyTorch layout (OIHW or [out, in]),
   // `bias` optional. The returned object is immutable and shared by every node that uses it.
+  // bottleneck: `weight` is undefined, the members are in BottleneckAttrs.
   virtual std::shared_ptr<const void> prepare(OpKind kind, const OpAttrs& attrs, const Tensor& weight,
                                               const Tensor* bias) = 0;
   virtual void run(const OpNode& node) = 0;
+
+  // Whether a stride-1 bottleneck on input x_nhwc runs faster as one fused op (Ops::bottleneck)
+  // than conv by conv. Pure, so that a decorator cannot forget to forward it (a model run through
+  // a decorator must emit the same ops).
+  virtual bool fuses_bottleneck(const Shape& x_nhwc, const BottleneckAttrs& attrs) const = 0;
 };
 
 // threads <= 0: one per hardware thread. The pool and oneDNN's OpenMP pool are both sized by it.

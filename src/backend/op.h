@@ -20,6 +20,7 @@ namespace bev {
 
 #define BEV_OPS(X)        \
   X(conv2d)               \
+  X(bottleneck)           \
   X(deform_conv2d)        \
   X(linear)               \
   X(batched_matmul)       \
@@ -74,6 +75,15 @@ struct Conv2dAttrs {
   bool residual = false;  // y = act(conv(x) + bias + residual)
 };
 
+// A stride-1 ResNet bottleneck as one op (see Ops::bottleneck): the members' prepared convs, in
+// the order conv1, conv2, conv3 and, for block 0, the downsample; their OIHW weight shapes (FLOP
+// counts); and the dtype of conv1's and conv2's outputs.
+struct BottleneckAttrs {
+  std::vector<std::shared_ptr<const void>> members;
+  std::vector<Shape> weight_shapes;
+  DType act = DType::kF32;
+};
+
 struct DeformConv2dAttrs {
   int stride = 1, pad = 1, dilation = 1;
 };
@@ -125,7 +135,7 @@ struct PermuteAttrs {
   std::vector<int64_t> order;
 };
 
-using OpAttrs = std::variant<std::monostate, Conv2dAttrs, DeformConv2dAttrs, LinearAttrs, BatchedMatmulAttrs,
+using OpAttrs = std::variant<std::monostate, Conv2dAttrs, BottleneckAttrs, DeformConv2dAttrs, LinearAttrs, BatchedMatmulAttrs,
                              LayerNormAttrs, InverseSigmoidAttrs, MsdaAttrs, SamplingLocationsAttrs,
                              BboxDenormalizeAttrs, TopkAttrs, ConcatAttrs, PermuteAttrs>;
 

@@ -92,6 +92,50 @@ PreparedWeights Ops::prepare_linear(const Tensor& weight_out_in, const Tensor* b
   return prepare(OpKind::linear, attrs, weight_out_in, bias);
 }
 
+namespace {
+
+bool plain_conv(const PreparedWeights& w, int k, bool relu, bool residual) {
+  if (w.kind != OpKind::conv2d || w.weight_shape.size() != 4 || !w.state) return false;
+  const auto& a = std::get<Conv2dAttrs>(w.attrs);
+  return w.weight_shape[2] == k && w.weight_shape[3] == k && a.stride_h == 1 && a.stride_w == 1 && a.dilation_h == 1 &&
+         a.dilation_w == 1 && a.groups == 1 && a.pad_h == k / 2 && a.pad_w == k / 2 && a.relu == relu &&
+         a.residual == residual;
+}
+
+}  // namespace
+
+bool Ops::bottleneck_fusable(const PreparedWeights& conv1, const PreparedWeights& conv2, const PreparedWeights& conv3,
+                             const PreparedWeights* downsample) {
+  if (!plain_conv(conv1, 1, true, false) || !plain_conv(conv2, 3, true, false) || !plain_conv(conv3, 1, true, true) ||
+      (downsample && !plain_conv(*downsample, 1, false, false))) {
+    return false;
+  }
+  const int64_t c = conv1.weight_shape[1], p = conv1.weight_shape[0], e = conv3.weight_shape[0];
+  return conv2.weight_shape[1] == p && conv3.weight_shape[1] == conv2.weight_shape[0] &&
+         (downsample ? downsample->weight_shape[1] == c && downsample->weight_shape[0] == e : c == e);
+}
+
+PreparedWeights Ops::prepare_bottleneck(const PreparedWeights& conv1, const PreparedWeights& conv2,
+                                        const PreparedWeights& conv3, const PreparedWeights* downsample, DType act) {
+  if (!bottleneck_fusable(conv1, conv2, conv3, downsample)) {
+    shape_error("bottleneck", "", "convs " + shape_str(conv1.weight_shape) + ", " + shape_str(conv2.weight_shape) + ", " +
+                                      shape_str(conv3.weight_shape) + (downsample ? " with a downsample" : ""),
+                "a stride-1 bottleneck: 1x1 + ReLU, 3x3 pad 1 + ReLU, 1x1 + residual + ReLU, a 1x1 downsample");
+  }
+  BottleneckAttrs a;
+  a.act = act;
+  for (const PreparedWeights* w : {&conv1, &conv2, &conv3, downsample}) {
+    if (!w) continue;
+    a.members.push_back(w->state);
+    a.weight_shapes.push_back(w->weight_shape);
+  }
+  PreparedWeights p;
+  p.kind = OpKind::bottleneck;
+  p.state = backend_.prepare(OpKind::bottleneck, a, Tensor(), nullptr);
+  p.attrs = std::move(a);
+  return p;
+}
+
 // ---- plumbing ----
 
 Tensor Ops::output(const Shape& shape, DType dtype) {
@@ -173,6 +217,30 @@ Tensor Ops::conv2d_impl(const Tensor& x, const PreparedWeights& w, const Tensor*
   } else if (residual) {
     shape_error("conv2d", n.label, "a residual was given", "none (attrs.residual is not set)");
   }
+  return emit(std::move(n));
+}
+
+Tensor Ops::bottleneck(const Tensor& x, const PreparedWeights& block, DType out, bool over_input, std::string label) {
+  expect_rank("bottleneck", label, "input", x, 4);
+  if (block.kind != OpKind::bottleneck || !block.state) {
+    shape_error("bottleneck", label, std::string("weights of a ") + op_name(block.kind), "Ops::prepare_bottleneck's");
+  }
+  const auto& a = std::get<BottleneckAttrs>(block.attrs);
+  const bool bf16 = backend_.precision() == Precision::kBF16;
+  for (DType d : {x.dtype(), out}) {
+    if (!(d == DType::kF32 || (bf16 && d == DType::kBF16))) {
+      shape_error("bottleneck", label, std::string("input ") + x.describe() + ", output dtype " + dtype_name(out),
+                  bf16 ? "f32 or bf16" : "f32 (bf16 activations need bf16 precision)");
+    }
+  }
+  const int64_t c = a.weight_shapes[0][1], e = a.weight_shapes[2][0];
+  if (x.size(3) != c) shape_error("bottleneck", label, "input " + x.describe() + " (NHWC)", std::to_string(c) + " channels");
+  const Shape out_shape = {x.size(0), x.size(1), x.size(2), e};
+  if (over_input && (a.members.size() > 3 || x.dtype() != out || !x.is_contiguous())) {
+    shape_error("bottleneck", label, "output over the input " + x.describe(),
+                std::string("a block without downsample and an input of the output's dtype ") + dtype_name(out));
+  }
+  OpNode n{OpKind::bottleneck, std::move(label), block.attrs, {x}, {over_input ? x : output(out_shape, out)}, block.state};
   return emit(std::move(n));
 }
 

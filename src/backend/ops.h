@@ -42,6 +42,14 @@ class Ops {
   PreparedWeights prepare_deform_conv2d(const Tensor& weight_oihw, const Tensor* bias,
                                         const DeformConv2dAttrs& attrs);
   PreparedWeights prepare_linear(const Tensor& weight_out_in, const Tensor* bias, const LinearAttrs& attrs);
+  // A stride-1 ResNet bottleneck from its prepared convs (downsample: block 0's, or null); `act`
+  // is the dtype of conv1's and conv2's outputs. Throws kInvalidInput unless bottleneck_fusable.
+  PreparedWeights prepare_bottleneck(const PreparedWeights& conv1, const PreparedWeights& conv2,
+                                     const PreparedWeights& conv3, const PreparedWeights* downsample, DType act);
+  // conv1: 1x1 + ReLU; conv2: 3x3, pad 1, + ReLU; conv3: 1x1 + residual + ReLU; downsample: 1x1;
+  // all stride 1, dilation 1, groups 1.
+  static bool bottleneck_fusable(const PreparedWeights& conv1, const PreparedWeights& conv2,
+                                 const PreparedWeights& conv3, const PreparedWeights* downsample);
 
   // Image tensors are NHWC [N, H, W, C].
   // x and the residual are f32, or bf16 when the backend runs in bf16; `out` is the output's
@@ -53,6 +61,12 @@ class Ops {
   // into a fresh output first (5-35% of a ResNet expand conv's time).
   Tensor conv2d_over_residual(const Tensor& x, const PreparedWeights& w, const Tensor& residual, std::string label);
   Tensor deform_conv2d(const Tensor& x, const Tensor& offset_mask, const PreparedWeights& w, std::string label = {});
+  // The block y = relu(conv3(conv2(conv1(x))) + identity), identity = downsample(x) or x, as one
+  // op: the backend may run it depth-first (the CPU does, in strips of rows: docs/PERF.md), with
+  // the results of the convs run one by one. `out`: y's dtype. over_input: y is written over x
+  // (x is dead afterwards; no downsample; x has dtype `out`). Use it where
+  // backend().fuses_bottleneck says it pays; conv by conv otherwise.
+  Tensor bottleneck(const Tensor& x, const PreparedWeights& block, DType out, bool over_input, std::string label);
   Tensor max_pool2d(const Tensor& x, std::string label = {});  // 3x3, stride 2, padding 1
   // fine += nearest-upsampled coarse, in place; returns `fine`.
   Tensor upsample_nearest_add(const Tensor& coarse, const Tensor& fine, std::string label = {});

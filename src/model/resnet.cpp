@@ -42,6 +42,10 @@ BottleneckWeights load_bottleneck(Ops& ops, const WeightSource& w, const Backbon
   if (downsample) {
     b.downsample = load_conv_bn(ops, w, p + ".downsample.0", p + ".downsample.1", cfg.norm_eps, conv_attrs(stride, 0, false));
   }
+  if (!dcn && Ops::bottleneck_fusable(b.conv1, b.conv2, b.conv3, downsample ? &b.downsample : nullptr)) {
+    const DType act = ops.backend().precision() == Precision::kBF16 ? DType::kBF16 : DType::kF32;
+    b.fused = ops.prepare_bottleneck(b.conv1, b.conv2, b.conv3, downsample ? &b.downsample : nullptr, act);
+  }
   return b;
 }
 
@@ -51,6 +55,13 @@ BottleneckWeights load_bottleneck(Ops& ops, const WeightSource& w, const Backbon
 // stage), so conv3 may write over it.
 Tensor bottleneck_forward(Ops& ops, const BottleneckWeights& b, const Tensor& x, const std::string& p, DType act,
                           DType out, bool x_is_private) {
+  // Depth-first where the backend says it pays (on the CPU: layer1 and layer2, whose maps are
+  // far larger than the caches).
+  if (b.fused.state && std::get<BottleneckAttrs>(b.fused.attrs).act == act &&
+      ops.backend().fuses_bottleneck(x.shape(), std::get<BottleneckAttrs>(b.fused.attrs))) {
+    const bool over_input = !b.has_downsample && x_is_private && x.dtype() == out;
+    return ops.bottleneck(x, b.fused, out, over_input, p);
+  }
   const Tensor identity = b.has_downsample ? ops.conv2d(x, b.downsample, nullptr, p + ".downsample", out) : x;
   // DCNv2 (our own kernel) and its offset conv read conv1's output in f32.
   const Tensor out1 = ops.conv2d(x, b.conv1, nullptr, p + ".conv1", b.dcn ? DType::kF32 : act);

@@ -18,6 +18,7 @@ struct BottleneckWeights {
   PreparedWeights conv2_offset; // .conv2.conv_offset (DCN stages only: 27 channels, with bias)
   PreparedWeights conv3;        // .conv3 + .bn3 (1x1), + identity, ReLU
   PreparedWeights downsample;   // .downsample.0 + .downsample.1 (block 0 only)
+  PreparedWeights fused;        // the block as one op (stride-1 blocks without DCN), else empty
   bool dcn = false;
   bool has_downsample = false;
 };

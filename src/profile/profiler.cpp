@@ -108,6 +108,7 @@ double flops_per_output_element(OpKind kind) {
     case OpKind::reference_refine:
       return 12;  // per coordinate: logit, add, sigmoid
     case OpKind::conv2d:
+    case OpKind::bottleneck:
     case OpKind::deform_conv2d:
     case OpKind::linear:
     case OpKind::batched_matmul:
@@ -133,6 +134,14 @@ double op_flops(const OpNode& n) {
       if (n.weight_shape.size() != 4) return 0;
       double f = 2 * out * static_cast<double>(n.weight_shape[1] * n.weight_shape[2] * n.weight_shape[3]);
       if (n.inputs.size() > 1) f += out;  // the fused residual sum
+      return f;
+    }
+    case OpKind::bottleneck: {  // each member conv over the map (all stride 1), + the residual sum
+      const auto* a = std::get_if<BottleneckAttrs>(&n.attrs);
+      if (!a || a->weight_shapes.size() < 3 || n.outputs.empty()) return 0;
+      const double pixels = out / static_cast<double>(n.outputs[0].size(-1));
+      double f = out;
+      for (const Shape& w : a->weight_shapes) f += 2 * pixels * product(w);
       return f;
     }
     case OpKind::deform_conv2d: {  // + bilinear sampling: 4 corners per input channel and tap
@@ -172,6 +181,14 @@ double op_bytes(const OpNode& n, Precision precision) {
       const double bias = n.weight_shape.empty() ? 0 : static_cast<double>(n.weight_shape[0]) * 4;
       return in + out + w + bias;
     }
+    case OpKind::bottleneck: {  // x and y once (fused, the intermediates stay in cache), the weights
+      const auto* a = std::get_if<BottleneckAttrs>(&n.attrs);
+      double w = 0;
+      if (a) {
+        for (const Shape& s : a->weight_shapes) w += product(s) * weight_element + static_cast<double>(s[0]) * 4;
+      }
+      return in + out + w;
+    }
     case OpKind::msda: {  // the corners gathered, locations, weights, output (as docs/PERF.md)
       const double samples = numel(n.inputs[1]) / 2;
       const double corner_bytes =
@@ -197,6 +214,7 @@ class NullBackend final : public Backend {
   Device device() const override { return Device::kCpu; }
   Precision precision() const override { return Precision::kF32; }
   std::shared_ptr<const void> prepare(OpKind, const OpAttrs&, const Tensor&, const Tensor*) override { return {}; }
+  bool fuses_bottleneck(const Shape&, const BottleneckAttrs&) const override { return false; }
   void run(const OpNode&) override { asm volatile("" ::: "memory"); }
 };
 

@@ -109,6 +109,9 @@ class ProfilingBackend final : public Backend {
                                       const Tensor* bias) override {
     return inner_.prepare(kind, attrs, weight, bias);
   }
+  bool fuses_bottleneck(const Shape& x_nhwc, const BottleneckAttrs& attrs) const override {
+    return inner_.fuses_bottleneck(x_nhwc, attrs);
+  }
   void run(const OpNode& node) override {
     if (profiler_ == nullptr) {
       inner_.run(node);

@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/attention_glue.h"
+#include "backend/cpu/bottleneck.h"
 #include "backend/cpu/conv2d.h"
 #include "backend/cpu/deform_conv2d.h"
 #include "backend/cpu/elementwise.h"
@@ -42,6 +43,13 @@ class CpuBackend final : public Backend {
     switch (kind) {
       case OpKind::conv2d:
         return std::make_shared<const cpu::Conv2d>(weight, bias, std::get<Conv2dAttrs>(attrs), precision_);
+      case OpKind::bottleneck: {
+        const auto& a = std::get<BottleneckAttrs>(attrs);
+        auto member = [&](size_t i) {
+          return i < a.members.size() ? std::static_pointer_cast<const cpu::Conv2d>(a.members[i]) : nullptr;
+        };
+        return std::make_shared<const cpu::Bottleneck>(member(0), member(1), member(2), member(3));
+      }
       case OpKind::deform_conv2d: {
         const auto& a = std::get<DeformConv2dAttrs>(attrs);
         return std::make_shared<const cpu::DeformConv2d>(weight, bias, a.stride, a.pad, a.dilation,
@@ -54,6 +62,11 @@ class CpuBackend final : public Backend {
     }
   }
 
+  bool fuses_bottleneck(const Shape& x_nhwc, const BottleneckAttrs& a) const override {
+    if (a.weight_shapes.size() < 3) return false;
+    return cpu::Bottleneck::pays(x_nhwc, a.weight_shapes[0][0], a.weight_shapes[2][0], a.act);
+  }
+
   void run(const OpNode& n) override {
     team_width_on_this_thread();
     const auto& in = n.inputs;
@@ -62,6 +75,11 @@ class CpuBackend final : public Backend {
       case OpKind::conv2d: {
         Tensor y = out;
         static_cast<const cpu::Conv2d*>(n.prepared.get())->run(in[0], in.size() > 1 ? &in[1] : nullptr, y);
+        return;
+      }
+      case OpKind::bottleneck: {
+        Tensor y = out;
+        static_cast<const cpu::Bottleneck*>(n.prepared.get())->run(in[0], y, std::get<BottleneckAttrs>(n.attrs).act);
         return;
       }
       case OpKind::deform_conv2d: {
