@@ -135,10 +135,7 @@ std::vector<BlockCase> all_cases() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (const char* t = std::getenv("BEV_THREADS")) bev::cpu::set_num_threads(std::atoi(t));
-  benchmark::Initialize(&argc, argv);
-  std::printf("oneDNN isa %s, %d threads; measured peak: f32 %.0f GFLOP/s, bf16 %.0f GFLOP/s\n",
-              bev::cpu::isa_name().c_str(), bev::cpu::num_threads(), peak(Precision::kF32), peak(Precision::kBF16));
+  bev::bench::start(&argc, argv);
   for (const BlockCase& c : all_cases()) {
     for (Precision p : {Precision::kF32, Precision::kBF16}) {
       for (bool fused : {false, true}) {

@@ -141,10 +141,7 @@ std::vector<ConvCase> all_cases() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (const char* t = std::getenv("BEV_THREADS")) bev::cpu::set_num_threads(std::atoi(t));
-  benchmark::Initialize(&argc, argv);
-  std::printf("oneDNN isa %s, %d threads; measured peak: f32 %.0f GFLOP/s, bf16 %.0f GFLOP/s\n",
-              bev::cpu::isa_name().c_str(), bev::cpu::num_threads(), peak(Precision::kF32), peak(Precision::kBF16));
+  bev::bench::start(&argc, argv);
   for (const ConvCase& c : all_cases()) {
     for (const char* mode : {"f32", "bf16", "bf16act"}) {
       const std::string m = mode;

@@ -130,10 +130,7 @@ const LinearCase kLinearCases[] = {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (const char* t = std::getenv("BEV_THREADS")) bev::cpu::set_num_threads(std::atoi(t));
-  benchmark::Initialize(&argc, argv);
-  std::printf("oneDNN isa %s, %d threads; measured peak: f32 %.0f GFLOP/s, bf16 %.0f GFLOP/s\n",
-              bev::cpu::isa_name().c_str(), bev::cpu::num_threads(), peak(Precision::kF32), peak(Precision::kBF16));
+  bev::bench::start(&argc, argv);
   benchmark::RegisterBenchmark("fma_loop_f32_roofline", bm_fma_peak)->Unit(benchmark::kMillisecond)->UseRealTime();
   for (Precision p : {Precision::kF32, Precision::kBF16}) {
     for (const LinearCase& c : kLinearCases) {

@@ -1,7 +1,11 @@
 // Shared by the kernel benchmarks: deterministic inputs and this machine's measured peaks.
 #pragma once
 
+#include <benchmark/benchmark.h>
+
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 #include "backend/cpu/onednn.h"
 #include "core/tensor.h"
@@ -25,6 +29,16 @@ inline double peak(cpu::Precision p) {
   static const double f32 = cpu::measure_peak_gflops(cpu::Precision::kF32);
   static const double bf16 = cpu::measure_peak_gflops(cpu::Precision::kBF16);
   return p == cpu::Precision::kF32 ? f32 : bf16;
+}
+
+// The start of main() for the oneDNN benchmarks: BEV_THREADS=n sizes the OpenMP team (default:
+// every core), Google Benchmark takes its flags, and the banner names the ISA, the team and the
+// measured peaks that the pct_peak counters divide by.
+inline void start(int* argc, char** argv) {
+  if (const char* t = std::getenv("BEV_THREADS")) cpu::set_num_threads(std::atoi(t));
+  benchmark::Initialize(argc, argv);
+  std::printf("oneDNN isa %s, %d threads; measured peak: f32 %.0f GFLOP/s, bf16 %.0f GFLOP/s\n", cpu::isa_name().c_str(),
+              cpu::num_threads(), peak(cpu::Precision::kF32), peak(cpu::Precision::kBF16));
 }
 
 }  // namespace bev::bench
