@@ -122,6 +122,10 @@ PreparedWeights Ops::prepare_bottleneck(const PreparedWeights& conv1, const Prep
                                       shape_str(conv3.weight_shape) + (downsample ? " with a downsample" : ""),
                 "a stride-1 bottleneck: 1x1 + ReLU, 3x3 pad 1 + ReLU, 1x1 + residual + ReLU, a 1x1 downsample");
   }
+  if (!(act == DType::kF32 || (act == DType::kBF16 && backend_.precision() == Precision::kBF16))) {
+    shape_error("bottleneck", "", std::string("activations in ") + dtype_name(act),
+                "f32, or bf16 in bf16 precision");
+  }
   BottleneckAttrs a;
   a.act = act;
   for (const PreparedWeights* w : {&conv1, &conv2, &conv3, downsample}) {

@@ -50,6 +50,17 @@ int64_t strip_rows(size_t budget, int64_t h, int64_t w, int64_t in_ch, int64_t p
   return std::clamp<int64_t>(static_cast<int64_t>(budget / row_bytes), 1, h);
 }
 
+// A buffer that only grows, and this run's view of it: maps of several sizes (camera rigs with
+// plans of their own) take turns without allocating again.
+struct Workspace {
+  Tensor buffer, view;
+  void ensure(const Shape& shape, DType dtype) {
+    const int64_t need = shape_numel(shape);
+    if (!buffer.defined() || buffer.dtype() != dtype || buffer.numel() < need) buffer = Tensor::empty({need}, dtype);
+    view = buffer.slice(0, 0, need).reshape(shape);
+  }
+};
+
 }  // namespace
 
 struct Bottleneck::State {
@@ -62,8 +73,8 @@ struct Bottleneck::State {
   mutable std::mutex mu;
   // Per thread: conv1's output for a strip and its two halo rows, conv2's output for a strip.
   // Grown on the first run of a shape and then reused, so replays allocate nothing here.
-  mutable std::vector<Tensor> t1, t2;
-  mutable Tensor halo;  // [bands * 2, 1, W, P]: conv1's output just above and below each band
+  mutable std::vector<Workspace> t1, t2;
+  mutable Workspace halo;  // [bands * 2, 1, W, P]: conv1's output just above and below each band
   mutable double member_seconds[kMembers] = {};
   mutable int threads = 0;
 
@@ -79,13 +90,6 @@ struct Bottleneck::State {
           return a;
         }())) {}
 
-  static void ensure(Tensor& t, const Shape& shape, DType dtype) {
-    if (!t.defined() || t.dtype() != dtype || t.numel() < shape_numel(shape)) {
-      t = Tensor::empty(shape, dtype);
-      return;
-    }
-    if (t.shape() != shape) t = t.reshape({t.numel()}).slice(0, 0, shape_numel(shape)).reshape(shape);
-  }
 };
 
 Bottleneck::Bottleneck(std::shared_ptr<const Conv2d> conv1, std::shared_ptr<const Conv2d> conv2,
@@ -188,19 +192,21 @@ void Bottleneck::run(const Tensor& x, Tensor& y, DType act) const {
     s.t2.resize(static_cast<size_t>(threads));
   }
   for (int t = 0; t < threads; ++t) {
-    State::ensure(s.t1[static_cast<size_t>(t)], {1, strip + 2, w, p}, act);
-    State::ensure(s.t2[static_cast<size_t>(t)], {1, strip, w, p}, act);
+    s.t1[static_cast<size_t>(t)].ensure({1, strip + 2, w, p}, act);
+    s.t2[static_cast<size_t>(t)].ensure({1, strip, w, p}, act);
   }
-  State::ensure(s.halo, {bands * 2, 1, w, p}, act);
+  s.halo.ensure({bands * 2, 1, w, p}, act);
+  const Tensor& halo = s.halo.view;
   std::fill(std::begin(s.member_seconds), std::end(s.member_seconds), 0.0);
-  s.threads = threads;
 
   std::exception_ptr error;
   std::atomic<bool> failed{false};
 #pragma omp parallel num_threads(threads)
   {
-    const int t = omp_get_thread_num();
-    const int64_t b0 = bands * t / threads, b1 = bands * (t + 1) / threads;
+    // The team OpenMP gave, which may be smaller than asked (called from inside another parallel
+    // region, OMP_THREAD_LIMIT, dynamic teams): every band must still be run.
+    const int t = omp_get_thread_num(), team_now = omp_get_num_threads();
+    const int64_t b0 = bands * t / team_now, b1 = bands * (t + 1) / team_now;
     double secs[kMembers] = {};
     auto timed = [&](Member m, auto&& fn) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -213,7 +219,7 @@ void Bottleneck::run(const Tensor& x, Tensor& y, DType act) const {
       for (int64_t b = b0; b < b1; ++b) {
         int64_t n, r0, r1;
         band_of(b, &n, &r0, &r1);
-        Tensor above = s.halo.slice(0, 2 * b, 2 * b + 1), below = s.halo.slice(0, 2 * b + 1, 2 * b + 2);
+        Tensor above = halo.slice(0, 2 * b, 2 * b + 1), below = halo.slice(0, 2 * b + 1, 2 * b + 2);
         timed(kHalo, [&] {
           if (r0 > 0) s.conv1->run(rows(x, n, r0 - 1, r0), nullptr, above, t);
           if (r1 < h) s.conv1->run(rows(x, n, r1, r1 + 1), nullptr, below, t);
@@ -227,8 +233,8 @@ void Bottleneck::run(const Tensor& x, Tensor& y, DType act) const {
 #pragma omp barrier
     // Phase 2: strips. t1 row i holds conv1's output for image row h0 - 1 + i.
     try {
-      Tensor& t1 = s.t1[static_cast<size_t>(t)];
-      Tensor& t2 = s.t2[static_cast<size_t>(t)];
+      const Tensor& t1 = s.t1[static_cast<size_t>(t)].view;
+      const Tensor& t2 = s.t2[static_cast<size_t>(t)].view;
       const size_t t1_row = static_cast<size_t>(w * p) * as;
       for (int64_t b = b0; b < b1 && !failed; ++b) {
         int64_t n, r0, r1;
@@ -236,7 +242,7 @@ void Bottleneck::run(const Tensor& x, Tensor& y, DType act) const {
         if (r0 == 0) {
           zero(t1.slice(1, 0, 1));
         } else {
-          copy(s.halo.slice(0, 2 * b, 2 * b + 1), t1.slice(1, 0, 1));
+          copy(halo.slice(0, 2 * b, 2 * b + 1), t1.slice(1, 0, 1));
         }
         timed(kConv1, [&] {
           Tensor first = t1.slice(1, 1, 2);
@@ -261,7 +267,7 @@ void Bottleneck::run(const Tensor& x, Tensor& y, DType act) const {
             if (r1 == h) {
               zero(last);
             } else {
-              copy(s.halo.slice(0, 2 * b + 1, 2 * b + 2), last);
+              copy(halo.slice(0, 2 * b + 1, 2 * b + 2), last);
             }
           }
           Tensor mid = t2.slice(1, 0, m);
@@ -289,7 +295,10 @@ void Bottleneck::run(const Tensor& x, Tensor& y, DType act) const {
       failed = true;
     }
 #pragma omp critical(bev_bottleneck_times)
-    for (int m = 0; m < kMembers; ++m) s.member_seconds[m] += secs[m];
+    {
+      for (int m = 0; m < kMembers; ++m) s.member_seconds[m] += secs[m];
+      s.threads = team_now;
+    }
   }
   if (error) std::rethrow_exception(error);
 }

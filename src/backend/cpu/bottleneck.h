@@ -16,7 +16,7 @@
 // before any thread writes y, so no thread reads a row another has overwritten.
 //
 // The results are those of the convs run one by one on the whole map (same kernels' arithmetic
-// per pixel; test_bottleneck checks it against a plain reference and against the unfused convs).
+// per pixel; test_op_bottleneck checks it against a plain reference and against the unfused convs).
 #pragma once
 
 #include <memory>
