@@ -145,9 +145,9 @@ BEV_AVX512 void prefetch_rows(const Plan& p, const Corners& c, const float* vbat
   // more may be needed (prefetching past the row is harmless: prefetches never fault).
   const auto hd_bytes = p.hd * static_cast<int64_t>(sizeof(float));
   const int64_t span = p.rows_line_aligned ? hd_bytes : hd_bytes + 63;
-  // (maskz_ conversions: GCC 12 warns on the _mm512_undefined source of the unmasked one.)
   alignas(64) int64_t addr[8];
   for (int64_t s0 = 0; s0 < p.samples; s0 += 8) {
+    // (maskz_ conversions: GCC 12 warns on the _mm512_undefined source of the unmasked one.)
     const __m512i head = _mm512_maskz_cvtepi32_epi64(0xFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.head + s0)));
     const __m512i head_base = _mm512_add_epi64(base, _mm512_mullo_epi64(head, head_bytes));
     const int64_t count = std::min<int64_t>(8, p.samples - s0);
