@@ -84,6 +84,13 @@ struct BottleneckAttrs {
   DType act = DType::kF32;
 };
 
+// The attributes of a stride-1 bottleneck's convs (kernels 1, 3, 1 and a 1x1 downsample): conv1
+// and conv2 with ReLU, conv3 with residual and ReLU, the downsample with neither; stride and
+// dilation 1, groups 1, padding k / 2. The one rule Ops::bottleneck_fusable and the CPU kernel
+// share.
+bool bottleneck_attrs_fusable(const Conv2dAttrs& conv1, const Conv2dAttrs& conv2, const Conv2dAttrs& conv3,
+                              const Conv2dAttrs* downsample);
+
 struct DeformConv2dAttrs {
   int stride = 1, pad = 1, dilation = 1;
 };

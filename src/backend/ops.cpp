@@ -92,22 +92,26 @@ PreparedWeights Ops::prepare_linear(const Tensor& weight_out_in, const Tensor* b
   return prepare(OpKind::linear, attrs, weight_out_in, bias);
 }
 
-namespace {
-
-bool plain_conv(const PreparedWeights& w, int k, bool relu, bool residual) {
-  if (w.kind != OpKind::conv2d || w.weight_shape.size() != 4 || !w.state) return false;
-  const auto& a = std::get<Conv2dAttrs>(w.attrs);
-  return w.weight_shape[2] == k && w.weight_shape[3] == k && a.stride_h == 1 && a.stride_w == 1 && a.dilation_h == 1 &&
-         a.dilation_w == 1 && a.groups == 1 && a.pad_h == k / 2 && a.pad_w == k / 2 && a.relu == relu &&
-         a.residual == residual;
+bool bottleneck_attrs_fusable(const Conv2dAttrs& c1, const Conv2dAttrs& c2, const Conv2dAttrs& c3,
+                              const Conv2dAttrs* ds) {
+  auto plain = [](const Conv2dAttrs& a, int pad, bool relu, bool residual) {
+    return a.stride_h == 1 && a.stride_w == 1 && a.dilation_h == 1 && a.dilation_w == 1 && a.groups == 1 &&
+           a.pad_h == pad && a.pad_w == pad && a.relu == relu && a.residual == residual;
+  };
+  return plain(c1, 0, true, false) && plain(c2, 1, true, false) && plain(c3, 0, true, true) &&
+         (!ds || plain(*ds, 0, false, false));
 }
-
-}  // namespace
 
 bool Ops::bottleneck_fusable(const PreparedWeights& conv1, const PreparedWeights& conv2, const PreparedWeights& conv3,
                              const PreparedWeights* downsample) {
-  if (!plain_conv(conv1, 1, true, false) || !plain_conv(conv2, 3, true, false) || !plain_conv(conv3, 1, true, true) ||
-      (downsample && !plain_conv(*downsample, 1, false, false))) {
+  auto conv_k = [](const PreparedWeights& w, int k) {
+    return w.kind == OpKind::conv2d && w.state && w.weight_shape.size() == 4 && w.weight_shape[2] == k &&
+           w.weight_shape[3] == k;
+  };
+  if (!conv_k(conv1, 1) || !conv_k(conv2, 3) || !conv_k(conv3, 1) || (downsample && !conv_k(*downsample, 1)) ||
+      !bottleneck_attrs_fusable(std::get<Conv2dAttrs>(conv1.attrs), std::get<Conv2dAttrs>(conv2.attrs),
+                                std::get<Conv2dAttrs>(conv3.attrs),
+                                downsample ? &std::get<Conv2dAttrs>(downsample->attrs) : nullptr)) {
     return false;
   }
   const int64_t c = conv1.weight_shape[1], p = conv1.weight_shape[0], e = conv3.weight_shape[0];

@@ -20,10 +20,6 @@ namespace {
   throw Error(ErrorKind::kInvalidInput, problem).where("cpu::Bottleneck").expected(expected);
 }
 
-bool plain(const Conv2dAttrs& a) {
-  return a.stride_h == 1 && a.stride_w == 1 && a.dilation_h == 1 && a.dilation_w == 1 && a.groups == 1;
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -96,7 +92,8 @@ Bottleneck::Bottleneck(std::shared_ptr<const Conv2d> conv1, std::shared_ptr<cons
                        std::shared_ptr<const Conv2d> conv3, std::shared_ptr<const Conv2d> downsample,
                        size_t strip_bytes) {
   if (!conv1 || !conv2 || !conv3) invalid("a member conv is missing", "conv1, conv2 and conv3");
-  if (!fusable(conv1->attrs(), conv2->attrs(), conv3->attrs(), downsample ? &downsample->attrs() : nullptr)) {
+  if (!bottleneck_attrs_fusable(conv1->attrs(), conv2->attrs(), conv3->attrs(),
+                                downsample ? &downsample->attrs() : nullptr)) {
     invalid("convs that are not a stride-1 bottleneck", "1x1 + ReLU, 3x3 pad 1 + ReLU, 1x1 + residual + ReLU");
   }
   if (conv1->precision() != conv3->precision() || conv2->precision() != conv3->precision() ||
@@ -123,14 +120,6 @@ Bottleneck::Bottleneck(std::shared_ptr<const Conv2d> conv1, std::shared_ptr<cons
 }
 
 Bottleneck::~Bottleneck() = default;
-
-bool Bottleneck::fusable(const Conv2dAttrs& c1, const Conv2dAttrs& c2, const Conv2dAttrs& c3,
-                         const Conv2dAttrs* ds) {
-  return plain(c1) && plain(c2) && plain(c3) && (!ds || plain(*ds)) && c1.pad_h == 0 && c1.pad_w == 0 &&
-         c1.relu && !c1.residual && c2.pad_h == 1 && c2.pad_w == 1 && c2.relu && !c2.residual && c3.pad_h == 0 &&
-         c3.pad_w == 0 && c3.relu && c3.residual && (!ds || (ds->pad_h == 0 && ds->pad_w == 0 && !ds->relu &&
-                                                             !ds->residual));
-}
 
 bool Bottleneck::pays(const Shape& x, int64_t planes, int64_t out_ch, DType act) {
   if (x.size() != 4) return false;

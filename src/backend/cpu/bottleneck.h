@@ -31,15 +31,12 @@ namespace bev::cpu {
 class Bottleneck {
  public:
   // conv1: 1x1 + ReLU; conv2: 3x3, pad 1, + ReLU; conv3: 1x1 + residual + ReLU; downsample: 1x1
-  // or null. All stride 1, dilation 1, groups 1 (fusable() says whether they are).
+  // or null. All stride 1, dilation 1, groups 1 (bev::bottleneck_attrs_fusable, backend/op.h).
   // strip_bytes: see kStripBytes (tests make it tiny to run many strips on small maps).
   Bottleneck(std::shared_ptr<const Conv2d> conv1, std::shared_ptr<const Conv2d> conv2,
              std::shared_ptr<const Conv2d> conv3, std::shared_ptr<const Conv2d> downsample,
              size_t strip_bytes = kStripBytes);
   ~Bottleneck();
-
-  static bool fusable(const Conv2dAttrs& conv1, const Conv2dAttrs& conv2, const Conv2dAttrs& conv3,
-                      const Conv2dAttrs* downsample);
 
   // [N, H, W, C] -> [N, H, W, E] (E: conv3's output channels).
   Shape output_shape(const Shape& input_nhwc) const;

@@ -2,10 +2,7 @@
 
 #include "backend/batch_norm.h"
 
-#include <omp.h>
-
 #include <array>
-#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -128,8 +125,6 @@ struct Conv2d::State {
     return {d, attr, engine()};
   }
 
-  dnnl::memory weights_in(const dnnl::memory::desc& want) { return weights.in(want); }
-
   bool pixel_gemm() const {
     return attrs.residual && groups() == 1 && kh == 1 && kw == 1 && attrs.stride_h == 1 && attrs.stride_w == 1 &&
            attrs.pad_h == 0 && attrs.pad_w == 0;
@@ -163,7 +158,7 @@ struct Conv2d::State {
         q.pixels = pixels;
         q.pd = make_pixel_pd(pixels);
         q.conv = dnnl::convolution_forward(q.pd);
-        q.weights = weights_in(q.pd.weights_desc());
+        q.weights = weights.in(q.pd.weights_desc());
         q.scratchpad = dnnl::memory(q.pd.scratchpad_desc(), engine());
         const dnnl::memory::desc temp_md({1, out_ch, 1, pixels}, dt::f32, tag::nhwc);
         const dnnl::memory::desc res_md({1, out_ch, 1, pixels}, res_dt, tag::nhwc);
@@ -265,7 +260,7 @@ struct Conv2d::State {
     if (!p.pieces.empty()) return made;
 
     p.pd = make_pd(n, h, w, weights_any_md(), out_dt);
-    p.weights = weights_in(p.pd.weights_desc());
+    p.weights = weights.in(p.pd.weights_desc());
     p.conv = dnnl::convolution_forward(p.pd);
     p.scratchpad = dnnl::memory(p.pd.scratchpad_desc(), engine());
     p.dst_md = p.pd.dst_desc();
