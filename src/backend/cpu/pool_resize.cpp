@@ -196,20 +196,6 @@ void max_pool2d_3x3_s2_p1(const Tensor& x, Tensor& y, ThreadPool* pool) {
   });
 }
 
-void max_pool2d_3x3_s2_p1_rows(const Tensor& x, int64_t n, int64_t oh0, int64_t oh1, Tensor& y_rows) {
-  const char* op = "max_pool2d_3x3_s2_p1_rows";
-  expect_nhwc(op, x, "input x", /*bf16_ok=*/true);
-  const Shape full = max_pool2d_3x3_s2_p1_shape(x.shape());
-  if (n < 0 || n >= full[0] || oh0 < 0 || oh1 <= oh0 || oh1 > full[1]) {
-    throw Error(ErrorKind::kInvalidInput,
-                "rows [" + std::to_string(oh0) + ", " + std::to_string(oh1) + ") of image " + std::to_string(n))
-        .where(op)
-        .expected("output rows within " + shape_str(full));
-  }
-  expect_output(op, x, y_rows, {1, oh1 - oh0, full[2], full[3]});
-  pool_rows(x, n, oh0, oh1, y_rows.raw_data(), full[2]);
-}
-
 int64_t nearest_source_index(int64_t dst, int64_t in_size, int64_t out_size) {
   // PyTorch's nearest_idx: exact shortcuts for 1x and 2x, else the f32 scale in/out.
   if (out_size == in_size) return dst;

@@ -13,9 +13,6 @@ Shape max_pool2d_3x3_s2_p1_shape(const Shape& x_nhwc);
 // holds at least one real pixel), and a NaN in the window wins, as in PyTorch. f32 or bf16 (y in
 // x's dtype); rows split over `pool`.
 void max_pool2d_3x3_s2_p1(const Tensor& x_nhwc, Tensor& y_nhwc, ThreadPool* pool = nullptr);
-// The same for output rows [oh0, oh1) of image n only, on the calling thread, into y_rows
-// ([1, oh1 - oh0, Wo, C], contiguous, x's dtype): the fused bottleneck pools strip by strip.
-void max_pool2d_3x3_s2_p1_rows(const Tensor& x_nhwc, int64_t n, int64_t oh0, int64_t oh1, Tensor& y_rows);
 
 // FPN's top-down step, lat[i-1] += F.interpolate(lat[i], size=lat[i-1].shape[-2:], mode='nearest'):
 // fine [N, H, W, C] += coarse [N, h, w, C] at src = min(floor(dst * (float)h / H), h - 1) per
