@@ -1,7 +1,7 @@
 // cpu::Conv2d at BEVFormer's image-stage shapes, f32 and bf16:
 //   tiny: ResNet-50, pytorch style (stride on the 3x3), 6 cameras x 3 x 480 x 800
 //   base: ResNet-101, caffe style (stride on the first 1x1), 6 cameras x 3 x 928 x 1600
-// Per stage: block 0's strided conv and downsample (in layer1, its 64-channel 1x1 reduce), then a
+// Per stage: block 0's strided conv, downsample and (where stride 1) 1x1 reduce, then a
 // repeated block's 1x1 reduce, 3x3 and 1x1 expand (+ residual + ReLU, the residual added in
 // place: y holds the identity, as a planned ResNet does it); for tiny, also the expand with a
 // separate residual tensor. Plus the stem, the
@@ -12,6 +12,9 @@
 // Each case runs in f32, in bf16 with f32 activations (rounded to bf16 inside every conv), and
 // in bf16 with bf16 activations (`bf16act`: input, residual and output bf16, as the ResNet
 // keeps them between convs in bf16 precision; not for the stem, whose input is the image).
+//
+// 1x1 convs that run on our prefetching kernel (cpu::Direct1x1: f32, stride 1, no residual, at
+// most 256 input channels) also run on oneDNN (`f32_onednn`) in the same process, to compare.
 //
 // Counters: GFLOP/s; pct_peak, the percentage of the peak of the row's own precision, and
 // pct_f32_peak, of the f32 peak (the goal is stated against it); both peaks are measured
@@ -25,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/conv1x1_direct.h"
 #include "backend/cpu/conv2d.h"
 #include "backend/cpu/onednn.h"
 #include "bench_util.h"
@@ -50,7 +54,7 @@ struct ConvCase {
   Residual residual;
 };
 
-void bm_conv(benchmark::State& state, const ConvCase& cc, Precision p, bool bf16_activations) {
+void bm_conv(benchmark::State& state, const ConvCase& cc, Precision p, bool bf16_activations, bool allow_direct = true) {
   bev::cpu::Conv2dAttrs a;
   a.stride_h = a.stride_w = cc.stride;
   a.pad_h = a.pad_w = cc.pad;
@@ -58,7 +62,7 @@ void bm_conv(benchmark::State& state, const ConvCase& cc, Precision p, bool bf16
   a.residual = cc.residual != Residual::kNone;
   const Tensor w = filled({cc.o, cc.c, cc.k, cc.k}, 1);
   const Tensor b = filled({cc.o}, 2);
-  const bev::cpu::Conv2d conv(w, &b, a, p);
+  const bev::cpu::Conv2d conv(w, &b, a, p, allow_direct);
   const DType act = bf16_activations ? DType::kBF16 : DType::kF32;
   const Tensor x = filled({cc.n, cc.h, cc.w, cc.c}, 3).to(act);
   const Shape out = conv.output_shape(x.shape());
@@ -100,7 +104,9 @@ std::vector<ConvCase> resnet_cases(const std::string& model, int64_t ih, int64_t
     }
     cases.push_back({pre + "downsample_1x1_s" + std::to_string(s), n, h, w, in_c, 4 * planes, 1, s, 0, false,
                      Residual::kNone});
-    if (stage == 0) {  // block 0's conv1 reads the stem's 64 channels, not 4 x planes
+    // Block 0's conv1 at the stage's input size: in layer1 it reads the stem's 64 channels, not
+    // 4 x planes; pytorch style strides the 3x3, so in later stages it runs at stride 1 too.
+    if (stage == 0 || !caffe) {
       cases.push_back({pre + "b0_reduce_1x1", n, h, w, in_c, planes, 1, 1, 0, true, Residual::kNone});
     }
     cases.push_back({pre + "reduce_1x1", n, ho, wo, 4 * planes, planes, 1, 1, 0, true, Residual::kNone});
@@ -149,6 +155,16 @@ int main(int argc, char** argv) {
       const Precision p = m == "f32" ? Precision::kF32 : Precision::kBF16;
       const bool acts = m == "bf16act";
       benchmark::RegisterBenchmark((c.name + "/" + m).c_str(), [c, p, acts](benchmark::State& s) { bm_conv(s, c, p, acts); })
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    }
+    bev::cpu::Conv2dAttrs a;
+    a.stride_h = a.stride_w = c.stride;
+    a.pad_h = a.pad_w = c.pad;
+    a.residual = c.residual != Residual::kNone;
+    if (bev::cpu::Direct1x1::supports(a, c.c, c.o, c.k, c.k, Precision::kF32)) {
+      benchmark::RegisterBenchmark((c.name + "/f32_onednn").c_str(),
+                                   [c](benchmark::State& s) { bm_conv(s, c, Precision::kF32, false, false); })
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
     }

@@ -227,6 +227,86 @@ TEST_P(Conv2dBothPrecisions, ResidualInPlace) {
 INSTANTIATE_TEST_SUITE_P(Precision, Conv2dBothPrecisions, ::testing::Values(Precision::kF32, Precision::kBF16),
                          [](const auto& p) { return std::string(p.param == Precision::kF32 ? "f32" : "bf16"); });
 
+// 1x1 stride-1 f32 convs with at most 256 input channels and a multiple of 64 output channels run
+// on our prefetching kernel (cpu::Direct1x1) instead of oneDNN. Against the double reference: pixel
+// counts that leave every tail tile (1-5 pixels) and fewer pixels than threads, input channels of
+// 1, odd and 256, one and four column blocks, with and without bias and ReLU, on 1-3 threads; and
+// the same bits for a map and for strips of its rows run separately (the fused bottleneck's lanes).
+TEST(Conv2d, DirectOneByOneMatchesTheReference) {
+  struct Case {
+    Shape x;
+    int64_t o;
+    bool bias, relu;
+  };
+  const Case cases[] = {
+      {{1, 1, 1, 1}, 64, true, true},      // one pixel, one input channel
+      {{2, 3, 5, 17}, 64, false, true},    // 30 pixels: whole tiles
+      {{1, 7, 11, 64}, 128, true, false},  // 77 pixels: a tail of 5
+      {{3, 2, 7, 33}, 256, true, true},    // 42 pixels, 4 column blocks
+      {{1, 1, 13, 256}, 64, true, true},   // 256 input channels (the largest), a tail of 1
+      {{2, 5, 4, 3}, 192, false, false},   // 40 pixels: a tail of 4
+  };
+  for (const Case& c : cases) {
+    const Shape ws = {c.o, c.x[3], 1, 1};
+    const Tensor x = random_tensor(c.x, 91);
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.x[3])));
+    const Tensor w = random_tensor(ws, 92, -scale, scale);
+    const Tensor b = random_tensor({c.o}, 93);
+    const Conv2dAttrs a = attrs(1, 0, 1, 1, c.relu);
+    const Conv2d conv(w, c.bias ? &b : nullptr, a, Precision::kF32);
+    ASSERT_EQ(conv.impl_name(c.x), "bev:direct_1x1:avx512") << shape_str(c.x);
+    const Ref ref = reference(x, w, c.bias ? &b : nullptr, a, nullptr);
+    const Shape out = conv.output_shape(c.x);
+    Tensor first;
+    for (int threads : {1, 2, 3}) {
+      const int saved = num_threads();
+      set_num_threads(threads);
+      Tensor y = Tensor::empty(out, DType::kF32);
+      conv.run(x, nullptr, y);
+      set_num_threads(saved);
+      const Errors e = compare(y, ref);
+      EXPECT_LE(e.max_rel_to_mag, bound(Precision::kF32, c.x[3])) << shape_str(c.x) << " threads " << threads;
+      if (!first.defined()) {
+        first = y;
+        std::printf("  direct 1x1 %s -> %s  max err/S %.3g (bound %.3g)\n", shape_str(c.x).c_str(), shape_str(out).c_str(),
+                    e.max_rel_to_mag, bound(Precision::kF32, c.x[3]));
+      } else {
+        EXPECT_EQ(std::memcmp(first.raw_data(), y.raw_data(), y.nbytes()), 0) << "threads " << threads;
+      }
+    }
+    // Row by row, as the fused bottleneck's strips call it: the same bits.
+    Tensor rows = Tensor::empty(out, DType::kF32);
+    for (int64_t n = 0; n < c.x[0]; ++n) {
+      for (int64_t h = 0; h < c.x[1]; ++h) {
+        Tensor dst = rows.slice(0, n, n + 1).slice(1, h, h + 1);
+        conv.run(x.slice(0, n, n + 1).slice(1, h, h + 1), nullptr, dst);
+      }
+    }
+    EXPECT_EQ(std::memcmp(first.raw_data(), rows.raw_data(), rows.nbytes()), 0) << shape_str(c.x);
+    // And within the bound of oneDNN's result for the same conv.
+    const Conv2d onednn(w, c.bias ? &b : nullptr, a, Precision::kF32, /*allow_direct=*/false);
+    EXPECT_NE(onednn.impl_name(c.x), "bev:direct_1x1:avx512");
+    Tensor y1 = Tensor::empty(out, DType::kF32);
+    onednn.run(x, nullptr, y1);
+    EXPECT_LE(compare(y1, ref).max_rel_to_mag, bound(Precision::kF32, c.x[3]));
+  }
+  // What stays on oneDNN: a residual, stride 2, padding, 3x3, bf16, outputs not a multiple of 64,
+  // more than 256 input channels.
+  const Tensor w64 = random_tensor({64, 32, 1, 1}, 94);
+  auto impl = [](const Tensor& w, const Conv2dAttrs& a, Precision p, const Shape& x) {
+    return Conv2d(w, nullptr, a, p).impl_name(x);
+  };
+  const std::string direct = "bev:direct_1x1:avx512";
+  EXPECT_NE(impl(w64, attrs(1, 0, 1, 1, true, true), Precision::kF32, {1, 4, 4, 32}), direct);
+  EXPECT_NE(impl(w64, attrs(2, 0), Precision::kF32, {1, 4, 4, 32}), direct);
+  EXPECT_NE(impl(w64, attrs(1, 1), Precision::kF32, {1, 4, 4, 32}), direct);
+  EXPECT_NE(impl(w64, attrs(1, 0), Precision::kBF16, {1, 4, 4, 32}), direct);
+  EXPECT_NE(impl(random_tensor({64, 32, 3, 3}, 95), attrs(1, 1), Precision::kF32, {1, 4, 4, 32}), direct);
+  EXPECT_NE(impl(random_tensor({48, 32, 1, 1}, 96), attrs(1, 0), Precision::kF32, {1, 4, 4, 32}), direct);
+  EXPECT_NE(impl(random_tensor({64, 257, 1, 1}, 97), attrs(1, 0), Precision::kF32, {1, 4, 4, 257}), direct);
+  EXPECT_EQ(impl(w64, attrs(1, 0), Precision::kF32, {1, 4, 4, 32}), direct);
+}
+
 TEST(Conv2d, ReusesPrimitivesAcrossShapesAndIsDeterministic) {
   const Conv2dAttrs a = attrs(1, 1, 1, 1, true);
   const Tensor w = random_tensor({9, 7, 3, 3}, 100, -0.3f, 0.3f);

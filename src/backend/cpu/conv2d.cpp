@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/cpu/conv1x1_direct.h"
 #include "backend/cpu/onednn.h"
 
 namespace bev::cpu {
@@ -52,6 +53,7 @@ struct Conv2d::State {
   dnnl::memory bias;  // f32 [O], owned copy; empty when the conv has no bias
 
   PackedWeights weights;  // the first layout made at construction, for a representative map
+  std::shared_ptr<const Direct1x1> direct;  // set when this conv runs on our 1x1 kernel instead
 
   // Everything one input shape needs, created on its first run.
   struct Plan {
@@ -274,7 +276,8 @@ struct Conv2d::State {
   }
 };
 
-Conv2d::Conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs& attrs, Precision precision)
+Conv2d::Conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs& attrs, Precision precision,
+               bool allow_direct)
     : state_(std::make_unique<State>()) {
   State& s = *state_;
   s.attrs = attrs;
@@ -318,6 +321,9 @@ Conv2d::Conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs&
   const int64_t rep_w = (s.kw - 1) * attrs.dilation_w + 1 + 16 * attrs.stride_w;
   const auto pd = s.make_pd(1, rep_h, rep_w, s.weights_any_md());
   s.weights = PackedWeights(reordered(user, pd.weights_desc()));
+  if (allow_direct && Direct1x1::supports(attrs, s.in_ch_per_group * attrs.groups, s.out_ch, s.kh, s.kw, precision)) {
+    s.direct = std::make_shared<const Direct1x1>(w, bias, attrs.relu);
+  }
 }
 
 Conv2d::Conv2d(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -337,6 +343,10 @@ Conv2d Conv2d::with_attrs(const Conv2dAttrs& attrs) const {
   d->kh = s.kh;
   d->kw = s.kw;
   d->bias = s.bias;  // read-only after construction: the handles may share it
+  if (s.direct && attrs.relu == s.attrs.relu &&
+      Direct1x1::supports(attrs, s.in_ch_per_group * attrs.groups, s.out_ch, s.kh, s.kw, s.precision)) {
+    d->direct = s.direct;
+  }
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     d->weights = s.weights;
@@ -378,6 +388,7 @@ double Conv2d::flops(const Shape& in) const {
 
 std::string Conv2d::impl_name(const Shape& in) const {
   output_shape(in);  // validates
+  if (state_->direct) return "bev:direct_1x1:avx512";
   std::lock_guard<std::mutex> lock(state_->mu);
   const State::Plan& p = state_->plan_for(in[0], in[1], in[2]);  // the descriptors only: no run lock
   if (p.pieces.empty()) return cpu::impl_name(p.pd);
@@ -408,6 +419,10 @@ void Conv2d::run(const Tensor& x, const Tensor* residual, Tensor& y, int lane) c
   }
 
   if (lane < 0) invalid("lane " + std::to_string(lane), "a lane >= 0");
+  if (s.direct) {  // f32 precision: x and y are f32 (check_activation); stateless, so no plan or lock
+    s.direct->run(x.data<float>(), y.data<float>(), out[0] * out[1] * out[2]);
+    return;
+  }
   State::Plan* plan = nullptr;
   {
     std::lock_guard<std::mutex> lock(s.mu);

@@ -22,8 +22,11 @@ using bev::Precision;
 
 class Conv2d {
  public:
-  // weight_oihw: f32 [O, I/groups, KH, KW]; bias: f32 [O] or null.
-  Conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs& attrs, Precision precision);
+  // weight_oihw: f32 [O, I/groups, KH, KW]; bias: f32 [O] or null. 1x1 convs that
+  // cpu::Direct1x1::supports run on that kernel instead of oneDNN's (faster where it applies:
+  // conv1x1_direct.h); allow_direct = false keeps them on oneDNN (benchmarks and tests compare).
+  Conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs& attrs, Precision precision,
+         bool allow_direct = true);
   ~Conv2d();
   Conv2d(Conv2d&&) noexcept;
   Conv2d& operator=(Conv2d&&) noexcept;
@@ -51,7 +54,7 @@ class Conv2d {
 
   // Multiply-adds x2 for one run on this input shape (for GFLOP/s reports).
   double flops(const Shape& input_nhwc) const;
-  // The oneDNN implementation that runs this input shape, e.g. "brgconv:avx512_core" (reports).
+  // The implementation that runs this input shape, e.g. "brgconv:avx512_core" (reports).
   std::string impl_name(const Shape& input_nhwc) const;
 
   int64_t in_channels() const;   // C: I/groups x groups
