@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/conv1x1_direct.h"
+#include "backend/cpu/direct1x1.h"
 #include "backend/cpu/conv2d.h"
 #include "backend/cpu/onednn.h"
 #include "bench_util.h"

@@ -185,7 +185,9 @@ TEST(Bottleneck, MatchesThePlainReferenceInStripsAndBands) {
       {1, 1, 1, 6, 2, 6, false},    // one pixel
       {2, 1, 9, 3, 5, 3, false},    // one row
       {4, 6, 1, 7, 4, 20, true},    // width 1
-      {1, 11, 3, 17, 16, 17, false} // planes a multiple of 16, more rows than threads
+      {1, 11, 3, 17, 16, 17, false}, // planes a multiple of 16, more rows than threads
+      {2, 5, 3, 64, 64, 256, true}   // layer1 block 0's channels: conv1 and the downsample run on
+                                     // cpu::Direct1x1 (f32, AVX-512), single-threaded in each lane
   };
   double observed = 0;
   for (const Case& cs : cases) {

@@ -227,12 +227,25 @@ TEST_P(Conv2dBothPrecisions, ResidualInPlace) {
 INSTANTIATE_TEST_SUITE_P(Precision, Conv2dBothPrecisions, ::testing::Values(Precision::kF32, Precision::kBF16),
                          [](const auto& p) { return std::string(p.param == Precision::kF32 ? "f32" : "bf16"); });
 
+// Sets the oneDNN / OpenMP thread count for a scope.
+class ThreadsGuard {
+ public:
+  explicit ThreadsGuard(int n) : saved_(num_threads()) { set_num_threads(n); }
+  ~ThreadsGuard() { set_num_threads(saved_); }
+
+ private:
+  int saved_;
+};
+
+const char* const kDirect = "bev:direct1x1:avx512";
+
 // 1x1 stride-1 f32 convs with at most 256 input channels and a multiple of 64 output channels run
 // on our prefetching kernel (cpu::Direct1x1) instead of oneDNN. Against the double reference: pixel
 // counts that leave every tail tile (1-5 pixels) and fewer pixels than threads, input channels of
 // 1, odd and 256, one and four column blocks, with and without bias and ReLU, on 1-3 threads; and
-// the same bits for a map and for strips of its rows run separately (the fused bottleneck's lanes).
+// the same bits for a map and for its rows run one by one (the fused bottleneck's strips).
 TEST(Conv2d, DirectOneByOneMatchesTheReference) {
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "no AVX-512 on this CPU: every conv runs on oneDNN";
   struct Case {
     Shape x;
     int64_t o;
@@ -254,16 +267,16 @@ TEST(Conv2d, DirectOneByOneMatchesTheReference) {
     const Tensor b = random_tensor({c.o}, 93);
     const Conv2dAttrs a = attrs(1, 0, 1, 1, c.relu);
     const Conv2d conv(w, c.bias ? &b : nullptr, a, Precision::kF32);
-    ASSERT_EQ(conv.impl_name(c.x), "bev:direct_1x1:avx512") << shape_str(c.x);
+    ASSERT_EQ(conv.impl_name(c.x), kDirect) << shape_str(c.x);
     const Ref ref = reference(x, w, c.bias ? &b : nullptr, a, nullptr);
     const Shape out = conv.output_shape(c.x);
     Tensor first;
     for (int threads : {1, 2, 3}) {
-      const int saved = num_threads();
-      set_num_threads(threads);
       Tensor y = Tensor::empty(out, DType::kF32);
-      conv.run(x, nullptr, y);
-      set_num_threads(saved);
+      {
+        ThreadsGuard g(threads);
+        conv.run(x, nullptr, y);
+      }
       const Errors e = compare(y, ref);
       EXPECT_LE(e.max_rel_to_mag, bound(Precision::kF32, c.x[3])) << shape_str(c.x) << " threads " << threads;
       if (!first.defined()) {
@@ -283,28 +296,34 @@ TEST(Conv2d, DirectOneByOneMatchesTheReference) {
       }
     }
     EXPECT_EQ(std::memcmp(first.raw_data(), rows.raw_data(), rows.nbytes()), 0) << shape_str(c.x);
-    // And within the bound of oneDNN's result for the same conv.
+    // And oneDNN's result for the same conv within the same bound.
     const Conv2d onednn(w, c.bias ? &b : nullptr, a, Precision::kF32, /*allow_direct=*/false);
-    EXPECT_NE(onednn.impl_name(c.x), "bev:direct_1x1:avx512");
+    EXPECT_NE(onednn.impl_name(c.x), kDirect);
     Tensor y1 = Tensor::empty(out, DType::kF32);
     onednn.run(x, nullptr, y1);
     EXPECT_LE(compare(y1, ref).max_rel_to_mag, bound(Precision::kF32, c.x[3]));
   }
-  // What stays on oneDNN: a residual, stride 2, padding, 3x3, bf16, outputs not a multiple of 64,
-  // more than 256 input channels.
+  // The largest weights it takes: 256 x 256.
+  EXPECT_EQ(Conv2d(random_tensor({256, 256, 1, 1}, 98), nullptr, attrs(1, 0), Precision::kF32).impl_name({1, 2, 2, 256}),
+            kDirect);
+}
+
+// What stays on oneDNN, on any CPU: a residual, stride 2, padding, 3x3, bf16, outputs not a
+// multiple of 64, more than 256 input channels, weights beyond L2 (256 x 320).
+TEST(Conv2d, DirectOneByOneOnlyWhereItApplies) {
   const Tensor w64 = random_tensor({64, 32, 1, 1}, 94);
   auto impl = [](const Tensor& w, const Conv2dAttrs& a, Precision p, const Shape& x) {
     return Conv2d(w, nullptr, a, p).impl_name(x);
   };
-  const std::string direct = "bev:direct_1x1:avx512";
-  EXPECT_NE(impl(w64, attrs(1, 0, 1, 1, true, true), Precision::kF32, {1, 4, 4, 32}), direct);
-  EXPECT_NE(impl(w64, attrs(2, 0), Precision::kF32, {1, 4, 4, 32}), direct);
-  EXPECT_NE(impl(w64, attrs(1, 1), Precision::kF32, {1, 4, 4, 32}), direct);
-  EXPECT_NE(impl(w64, attrs(1, 0), Precision::kBF16, {1, 4, 4, 32}), direct);
-  EXPECT_NE(impl(random_tensor({64, 32, 3, 3}, 95), attrs(1, 1), Precision::kF32, {1, 4, 4, 32}), direct);
-  EXPECT_NE(impl(random_tensor({48, 32, 1, 1}, 96), attrs(1, 0), Precision::kF32, {1, 4, 4, 32}), direct);
-  EXPECT_NE(impl(random_tensor({64, 257, 1, 1}, 97), attrs(1, 0), Precision::kF32, {1, 4, 4, 257}), direct);
-  EXPECT_EQ(impl(w64, attrs(1, 0), Precision::kF32, {1, 4, 4, 32}), direct);
+  EXPECT_NE(impl(w64, attrs(1, 0, 1, 1, true, true), Precision::kF32, {1, 4, 4, 32}), kDirect);
+  EXPECT_NE(impl(w64, attrs(2, 0), Precision::kF32, {1, 4, 4, 32}), kDirect);
+  EXPECT_NE(impl(w64, attrs(1, 1), Precision::kF32, {1, 4, 4, 32}), kDirect);
+  EXPECT_NE(impl(w64, attrs(1, 0), Precision::kBF16, {1, 4, 4, 32}), kDirect);
+  EXPECT_NE(impl(random_tensor({64, 32, 3, 3}, 95), attrs(1, 1), Precision::kF32, {1, 4, 4, 32}), kDirect);
+  EXPECT_NE(impl(random_tensor({48, 32, 1, 1}, 96), attrs(1, 0), Precision::kF32, {1, 4, 4, 32}), kDirect);
+  EXPECT_NE(impl(random_tensor({64, 257, 1, 1}, 97), attrs(1, 0), Precision::kF32, {1, 4, 4, 257}), kDirect);
+  EXPECT_NE(impl(random_tensor({320, 256, 1, 1}, 99), attrs(1, 0), Precision::kF32, {1, 4, 4, 256}), kDirect);
+  EXPECT_EQ(impl(w64, attrs(1, 0), Precision::kF32, {1, 4, 4, 32}) == kDirect, __builtin_cpu_supports("avx512f") != 0);
 }
 
 TEST(Conv2d, ReusesPrimitivesAcrossShapesAndIsDeterministic) {

@@ -244,8 +244,9 @@ TEST(MaxPool, MatchesPaddedLoops) {
   EXPECT_THROW(max_pool2d_3x3_s2_p1(x, wrong), Error);
 }
 
-// The pool splits rows into chunks that may span images (one chunk on one thread; three threads
-// split 15 rows of 3 images unevenly): the results agree bit for bit, in f32 and bf16.
+// The pool splits rows into chunks that may span images (one chunk of 15 rows on one thread;
+// chunks of 2 rows on three threads, of which [4, 6) spans images 0 and 1): the results agree bit
+// for bit, in f32 and bf16.
 TEST(MaxPool, ChunksAcrossImagesAgree) {
   std::mt19937 rng(7);
   ThreadPool three(3);
@@ -256,7 +257,7 @@ TEST(MaxPool, ChunksAcrossImagesAgree) {
     max_pool2d_3x3_s2_p1(x, whole);
     max_pool2d_3x3_s2_p1(x, split, &three);
     ASSERT_EQ(0, std::memcmp(whole.raw_data(), split.raw_data(), whole.nbytes()));
-    // And the f32 map equals the same values pooled one image at a time.
+    // And the whole map equals the same values pooled one image at a time.
     for (int64_t n = 0; n < 3; ++n) {
       const Tensor one = x.slice(0, n, n + 1).contiguous();
       Tensor y = Tensor::empty(max_pool2d_3x3_s2_p1_shape(one.shape()), dt);

@@ -10,7 +10,7 @@
 #include <span>
 #include <vector>
 
-#include "backend/cpu/conv1x1_direct.h"
+#include "backend/cpu/direct1x1.h"
 #include "backend/cpu/onednn.h"
 
 namespace bev::cpu {
@@ -388,7 +388,7 @@ double Conv2d::flops(const Shape& in) const {
 
 std::string Conv2d::impl_name(const Shape& in) const {
   output_shape(in);  // validates
-  if (state_->direct) return "bev:direct_1x1:avx512";
+  if (state_->direct) return "bev:direct1x1:avx512";
   std::lock_guard<std::mutex> lock(state_->mu);
   const State::Plan& p = state_->plan_for(in[0], in[1], in[2]);  // the descriptors only: no run lock
   if (p.pieces.empty()) return cpu::impl_name(p.pd);

@@ -24,7 +24,7 @@ class Conv2d {
  public:
   // weight_oihw: f32 [O, I/groups, KH, KW]; bias: f32 [O] or null. 1x1 convs that
   // cpu::Direct1x1::supports run on that kernel instead of oneDNN's (faster where it applies:
-  // conv1x1_direct.h); allow_direct = false keeps them on oneDNN (benchmarks and tests compare).
+  // direct1x1.h); allow_direct = false keeps them on oneDNN (benchmarks and tests compare).
   Conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs& attrs, Precision precision,
          bool allow_direct = true);
   ~Conv2d();

@@ -129,7 +129,7 @@ namespace {
 // Output rows [oh0, oh1) of image n. While a row pools, the two input rows that only the next
 // output row reads are prefetched, column by column as the window moves: reading the stem's 147 MB
 // map (tiny) as three row streams per core, the hardware prefetcher alone kept too few lines in
-// flight (6.1-10.5 ms on 2 cores; 3.6-4.7 ms with this; a read-only pass over the map: 2.1-3.6 ms).
+// flight (6.1-10.5 ms on 2 cores; 3.6-5.8 ms with this; a read-only pass over the map: 2.1-3.6 ms).
 template <typename T, typename Pixel>
 void max_pool_rows(const T* xp, T* yp, const Shape& xs, int64_t n, int64_t oh0, int64_t oh1, int64_t Wo, Pixel pixel) {
   const int64_t H = xs[1], W = xs[2], C = xs[3];

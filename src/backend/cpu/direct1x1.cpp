@@ -1,4 +1,4 @@
-#include "backend/cpu/conv1x1_direct.h"
+#include "backend/cpu/direct1x1.h"
 
 #include <immintrin.h>
 #include <omp.h>
@@ -12,7 +12,7 @@ namespace bev::cpu {
 namespace {
 
 constexpr int kTile = 6;              // pixels per tile: 6 x 4 accumulators of 16 channels
-constexpr int64_t kPrefetchTiles = 2;  // measured: 0 -> 51-62%, 2 -> 97-101%, 4 -> 92-97% (64 -> 64)
+constexpr int64_t kPrefetchTiles = 2;  // 64 -> 64, 2 threads: 0 -> 53-62%, 2 -> 97-101%, 4 -> 92-97% (docs/PERF.md)
 
 // R pixels (R <= kTile) x every column block.
 template <int R>
@@ -60,7 +60,8 @@ bool Direct1x1::supports(const Conv2dAttrs& a, int64_t in_channels, int64_t out_
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   return avx512 && precision == Precision::kF32 && kh == 1 && kw == 1 && a.stride_h == 1 && a.stride_w == 1 &&
          a.pad_h == 0 && a.pad_w == 0 && a.dilation_h == 1 && a.dilation_w == 1 && a.groups == 1 && !a.residual &&
-         in_channels >= 1 && in_channels <= kMaxInChannels && out_channels >= 64 && out_channels % 64 == 0;
+         in_channels >= 1 && in_channels <= kMaxInChannels && out_channels >= 64 && out_channels % 64 == 0 &&
+         in_channels * out_channels <= kMaxWeights;
 }
 
 Direct1x1::Direct1x1(const Tensor& weight_oihw, const Tensor* bias, bool relu) : relu_(relu) {
