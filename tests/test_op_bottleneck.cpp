@@ -35,6 +35,7 @@ namespace bev::cpu {
 namespace {
 
 using kernel_test::random_tensor;
+using kernel_test::ThreadsGuard;
 
 struct Member {
   Tensor w, b;
@@ -163,15 +164,6 @@ double bound_f32(const Block& b) {
   const double k3 = static_cast<double>(b.c3.w.size(1));
   return (k1 + k2 + k3 + 9) * std::ldexp(1.0, -24);
 }
-
-class ThreadsGuard {
- public:
-  explicit ThreadsGuard(int n) : saved_(num_threads()) { set_num_threads(n); }
-  ~ThreadsGuard() { set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
 
 struct Case {
   int64_t n, h, w, c, planes, e;

@@ -28,6 +28,7 @@ namespace bev::cpu {
 namespace {
 
 using kernel_test::random_tensor;
+using kernel_test::ThreadsGuard;
 
 struct Ref {
   std::vector<double> y;    // NHWC
@@ -226,16 +227,6 @@ TEST_P(Conv2dBothPrecisions, ResidualInPlace) {
 
 INSTANTIATE_TEST_SUITE_P(Precision, Conv2dBothPrecisions, ::testing::Values(Precision::kF32, Precision::kBF16),
                          [](const auto& p) { return std::string(p.param == Precision::kF32 ? "f32" : "bf16"); });
-
-// Sets the oneDNN / OpenMP thread count for a scope.
-class ThreadsGuard {
- public:
-  explicit ThreadsGuard(int n) : saved_(num_threads()) { set_num_threads(n); }
-  ~ThreadsGuard() { set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
 
 const char* const kDirect = "bev:direct1x1:avx512";
 
