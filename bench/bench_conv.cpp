@@ -13,8 +13,8 @@
 // in bf16 with bf16 activations (`bf16act`: input, residual and output bf16, as the ResNet
 // keeps them between convs in bf16 precision; not for the stem, whose input is the image).
 //
-// 1x1 convs that run on our prefetching kernel (cpu::Direct1x1: f32, stride 1, no residual, at
-// most 256 input channels) also run on oneDNN (`f32_onednn`) in the same process, to compare.
+// 1x1 convs that run on our prefetching kernel (those cpu::Direct1x1::supports in f32) also run on
+// oneDNN (`f32_onednn`) in the same process, to compare.
 //
 // Counters: GFLOP/s; pct_peak, the percentage of the peak of the row's own precision, and
 // pct_f32_peak, of the f32 peak (the goal is stated against it); both peaks are measured
@@ -54,12 +54,17 @@ struct ConvCase {
   Residual residual;
 };
 
-void bm_conv(benchmark::State& state, const ConvCase& cc, Precision p, bool bf16_activations, bool allow_direct = true) {
+bev::cpu::Conv2dAttrs attrs_of(const ConvCase& cc) {
   bev::cpu::Conv2dAttrs a;
   a.stride_h = a.stride_w = cc.stride;
   a.pad_h = a.pad_w = cc.pad;
   a.relu = cc.relu;
   a.residual = cc.residual != Residual::kNone;
+  return a;
+}
+
+void bm_conv(benchmark::State& state, const ConvCase& cc, Precision p, bool bf16_activations, bool allow_direct = true) {
+  const bev::cpu::Conv2dAttrs a = attrs_of(cc);
   const Tensor w = filled({cc.o, cc.c, cc.k, cc.k}, 1);
   const Tensor b = filled({cc.o}, 2);
   const bev::cpu::Conv2d conv(w, &b, a, p, allow_direct);
@@ -158,11 +163,7 @@ int main(int argc, char** argv) {
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
     }
-    bev::cpu::Conv2dAttrs a;
-    a.stride_h = a.stride_w = c.stride;
-    a.pad_h = a.pad_w = c.pad;
-    a.residual = c.residual != Residual::kNone;
-    if (bev::cpu::Direct1x1::supports(a, c.c, c.o, c.k, c.k, Precision::kF32)) {
+    if (bev::cpu::Direct1x1::supports(attrs_of(c), c.c, c.o, c.k, c.k, Precision::kF32)) {
       benchmark::RegisterBenchmark((c.name + "/f32_onednn").c_str(),
                                    [c](benchmark::State& s) { bm_conv(s, c, Precision::kF32, false, false); })
           ->Unit(benchmark::kMillisecond)

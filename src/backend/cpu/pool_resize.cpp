@@ -126,55 +126,38 @@ __attribute__((target("avx512f"))) void pool_pixel_bf16_avx512(const uint16_t* c
 
 namespace {
 
-// Output rows [oh0, oh1) of image n. While a row pools, the two input rows that only the next
-// output row reads are prefetched, column by column as the window moves: reading the stem's 147 MB
-// map (tiny) as three row streams per core, the hardware prefetcher alone kept too few lines in
-// flight (6.1-10.5 ms on 2 cores; 3.6-5.8 ms with this; a read-only pass over the map: 2.1-3.6 ms).
+// While an output row pools, the two input rows that only the next output row reads are
+// prefetched, column by column as the window moves: reading the stem's 147 MB map (tiny) as three
+// row streams per core, the hardware prefetcher alone kept too few lines in flight (6.1-10.5 ms on
+// 2 cores; 3.6-5.8 ms with this; a read-only pass over the map: 2.1-3.6 ms).
 template <typename T, typename Pixel>
-void max_pool_rows(const T* xp, T* yp, const Shape& xs, int64_t n, int64_t oh0, int64_t oh1, int64_t Wo, Pixel pixel) {
-  const int64_t H = xs[1], W = xs[2], C = xs[3];
-  const T* image = xp + n * H * W * C;
+void max_pool_rows(const T* xp, T* yp, const Shape& xs, const Shape& ys, ThreadPool* pool, Pixel pixel) {
+  const int64_t H = xs[1], W = xs[2], C = xs[3], Ho = ys[1], Wo = ys[2];
   const size_t pair_bytes = 2 * static_cast<size_t>(C) * sizeof(T);  // input columns 2ow, 2ow + 1
-  for (int64_t oh = oh0; oh < oh1; ++oh) {
-    const int64_t h0 = std::max<int64_t>(0, oh * 2 - 1), h1 = std::min<int64_t>(H, oh * 2 + 2);
-    const T* next[2] = {oh * 2 + 2 < H ? image + (oh * 2 + 2) * W * C : nullptr,
-                        oh * 2 + 3 < H ? image + (oh * 2 + 3) * W * C : nullptr};
-    for (int64_t ow = 0; ow < Wo; ++ow) {
-      const int64_t w0 = std::max<int64_t>(0, ow * 2 - 1), w1 = std::min<int64_t>(W, ow * 2 + 2);
-      const size_t bytes = std::min<size_t>(pair_bytes, static_cast<size_t>(W - ow * 2) * C * sizeof(T));
-      for (const T* row : next) {
-        if (row == nullptr) continue;
-        const char* p = reinterpret_cast<const char*>(row + ow * 2 * C);
-        for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+  for_rows(pool, ys[0] * Ho, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t n = r / Ho, oh = r % Ho;
+      const T* image = xp + n * H * W * C;
+      const int64_t h0 = std::max<int64_t>(0, oh * 2 - 1), h1 = std::min<int64_t>(H, oh * 2 + 2);
+      const T* next[2] = {oh * 2 + 2 < H ? image + (oh * 2 + 2) * W * C : nullptr,
+                          oh * 2 + 3 < H ? image + (oh * 2 + 3) * W * C : nullptr};
+      for (int64_t ow = 0; ow < Wo; ++ow) {
+        const int64_t w0 = std::max<int64_t>(0, ow * 2 - 1), w1 = std::min<int64_t>(W, ow * 2 + 2);
+        const size_t bytes = std::min<size_t>(pair_bytes, static_cast<size_t>(W - ow * 2) * C * sizeof(T));
+        for (const T* row : next) {
+          if (row == nullptr) continue;
+          const char* p = reinterpret_cast<const char*>(row + ow * 2 * C);
+          for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+        }
+        const T* taps[9];
+        int n_taps = 0;
+        for (int64_t h = h0; h < h1; ++h) {
+          for (int64_t w = w0; w < w1; ++w) taps[n_taps++] = image + (h * W + w) * C;
+        }
+        pixel(taps, n_taps, C, yp + (r * Wo + ow) * C);
       }
-      const T* taps[9];
-      int n_taps = 0;
-      for (int64_t h = h0; h < h1; ++h) {
-        for (int64_t w = w0; w < w1; ++w) taps[n_taps++] = image + (h * W + w) * C;
-      }
-      pixel(taps, n_taps, C, yp + ((oh - oh0) * Wo + ow) * C);
     }
-  }
-}
-
-void pool_rows(const Tensor& x, int64_t n, int64_t oh0, int64_t oh1, void* y_rows, int64_t Wo) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (x.dtype() == DType::kF32) {
-    max_pool_rows(x.data<float>(), static_cast<float*>(y_rows), x.shape(), n, oh0, oh1, Wo,
-                  avx512 ? pool_pixel_avx512 : pool_pixel_scalar);
-  } else {
-    max_pool_rows(static_cast<const uint16_t*>(x.raw_data()), static_cast<uint16_t*>(y_rows), x.shape(), n, oh0, oh1,
-                  Wo, avx512 ? pool_pixel_bf16_avx512 : pool_pixel_bf16_scalar);
-  }
-}
-
-void expect_output(const char* op, const Tensor& x, const Tensor& y, const Shape& ys) {
-  if (x.dtype() == DType::kF32) {
-    expect_f32_shape(op, y, "output y", ys);
-  } else if (!y.defined() || y.dtype() != DType::kBF16 || y.device() != Device::kCpu || !y.is_contiguous() ||
-             y.shape() != ys) {
-    bad_tensor(op, y, "output y", "contiguous host bf16" + shape_str(ys) + " (the input's dtype)");
-  }
+  });
 }
 
 }  // namespace
@@ -183,17 +166,20 @@ void max_pool2d_3x3_s2_p1(const Tensor& x, Tensor& y, ThreadPool* pool) {
   const char* op = "max_pool2d_3x3_s2_p1";
   expect_nhwc(op, x, "input x", /*bf16_ok=*/true);
   const Shape ys = max_pool2d_3x3_s2_p1_shape(x.shape());
-  expect_output(op, x, y, ys);
-  const int64_t Ho = ys[1], Wo = ys[2];
-  const size_t row_bytes = static_cast<size_t>(Wo * ys[3]) * dtype_size(y.dtype());
-  char* yp = static_cast<char*>(y.raw_data());
-  for_rows(pool, ys[0] * Ho, [&](int64_t r0, int64_t r1) {
-    while (r0 < r1) {  // a chunk may span images: pool it image by image
-      const int64_t n = r0 / Ho, oh0 = r0 % Ho, oh1 = std::min(Ho, oh0 + (r1 - r0));
-      pool_rows(x, n, oh0, oh1, yp + static_cast<size_t>(r0) * row_bytes, Wo);
-      r0 += oh1 - oh0;
-    }
-  });
+  if (x.dtype() == DType::kF32) {
+    expect_f32_shape(op, y, "output y", ys);
+  } else if (!y.defined() || y.dtype() != DType::kBF16 || y.device() != Device::kCpu || !y.is_contiguous() ||
+             y.shape() != ys) {
+    bad_tensor(op, y, "output y", "contiguous host bf16" + shape_str(ys) + " (the input's dtype)");
+  }
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (x.dtype() == DType::kF32) {
+    max_pool_rows(x.data<float>(), y.data<float>(), x.shape(), ys, pool,
+                  avx512 ? pool_pixel_avx512 : pool_pixel_scalar);
+  } else {
+    max_pool_rows(static_cast<const uint16_t*>(x.raw_data()), static_cast<uint16_t*>(y.raw_data()), x.shape(), ys,
+                  pool, avx512 ? pool_pixel_bf16_avx512 : pool_pixel_bf16_scalar);
+  }
 }
 
 int64_t nearest_source_index(int64_t dst, int64_t in_size, int64_t out_size) {
