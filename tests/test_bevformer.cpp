@@ -16,10 +16,13 @@
 #include "model/bevformer.h"
 #include "model/param_spec.h"
 #include "model/synthetic.h"
+#include "engine_test_util.h"
 #include "error_test_util.h"
 
 namespace bev {
 namespace {
+
+using testing::LoadedModel;
 
 ModelConfig micro() { return load_config(std::string(BEV_SHARED_DIR) + "/golden/micro/config.json"); }
 
@@ -54,7 +57,7 @@ void expect_sane(const ModelConfig& cfg, const FrameOutput& out) {
 void run_two_frames(const ModelConfig& cfg) {
   auto backend = make_cpu_backend(2, Precision::kF32);
   const Checkpoint ck = random_checkpoint(cfg, 3);
-  BevFormer model(cfg, ck, *backend);
+  LoadedModel model(cfg, ck, *backend);
   const FrameOutput a = model.forward(synthetic_frame(cfg, 3, 0));
   EXPECT_FALSE(a.used_history);
   expect_sane(cfg, a);
@@ -110,7 +113,7 @@ TEST(BevFormerGeneral, ShiftAliasSwitchChangesOnlyFramesWithHistory) {
   alias_cfg.transformer.shift_ref_2d_alias = true;
   auto backend = make_cpu_backend(2, Precision::kF32);
   const Checkpoint ck = random_checkpoint(clone_cfg, 5);
-  BevFormer a(clone_cfg, ck, *backend), b(alias_cfg, ck, *backend);
+  LoadedModel a(clone_cfg, ck, *backend), b(alias_cfg, ck, *backend);
   EXPECT_TRUE(identical(a.forward(synthetic_frame(clone_cfg, 5, 0)).bev_embed,
                         b.forward(synthetic_frame(alias_cfg, 5, 0)).bev_embed));
   EXPECT_FALSE(identical(a.forward(synthetic_frame(clone_cfg, 5, 1)).bev_embed,
@@ -121,7 +124,7 @@ TEST(BevFormerHistory, SceneChangeAndResetDropHistory) {
   const ModelConfig cfg = micro();
   auto backend = make_cpu_backend(2, Precision::kF32);
   const Checkpoint ck = random_checkpoint(cfg, 7);
-  BevFormer model(cfg, ck, *backend);
+  LoadedModel model(cfg, ck, *backend);
   const FrameInput f0 = synthetic_frame(cfg, 7, 0);
   const FrameOutput first = model.forward(f0);
   EXPECT_TRUE(model.forward(synthetic_frame(cfg, 7, 1)).used_history);
@@ -143,7 +146,7 @@ TEST(BevFormerHistory, VideoTestModeOffNeverUsesHistory) {
   cfg.video_test_mode = false;
   auto backend = make_cpu_backend(2, Precision::kF32);
   const Checkpoint ck = random_checkpoint(cfg, 9);
-  BevFormer model(cfg, ck, *backend);
+  LoadedModel model(cfg, ck, *backend);
   model.forward(synthetic_frame(cfg, 9, 0));
   EXPECT_FALSE(model.forward(synthetic_frame(cfg, 9, 1)).used_history);
 }
@@ -152,8 +155,8 @@ TEST(BevFormerInput, BadFramesFailClearlyAndLeaveHistoryIntact) {
   const ModelConfig cfg = micro();
   auto backend = make_cpu_backend(2, Precision::kF32);
   const Checkpoint ck = random_checkpoint(cfg, 11);
-  BevFormer model(cfg, ck, *backend);
-  BevFormer reference(cfg, ck, *backend);
+  LoadedModel model(cfg, ck, *backend);
+  LoadedModel reference(cfg, ck, *backend);
   model.forward(synthetic_frame(cfg, 11, 0));
   reference.forward(synthetic_frame(cfg, 11, 0));
 
@@ -193,7 +196,7 @@ TEST(BevFormerInput, MisfitCheckpointListsEveryProblem) {
   const Checkpoint ck = random_checkpoint(other, 1);
   auto backend = make_cpu_backend(1, Precision::kF32);
   try {
-    BevFormer model(cfg, ck, *backend);
+    LoadedModel model(cfg, ck, *backend);
     FAIL() << "accepted a checkpoint with an extra encoder layer";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
@@ -208,13 +211,15 @@ TEST(BevFormerInput, MisfitCheckpointListsEveryProblem) {
 namespace bev {
 namespace {
 
+using testing::LoadedModel;
+
 // Recorded plans replay bit-identically to eager execution: first frames, frames with history,
 // a scene change (back to the first-frame plan), with and without taps.
 TEST(BevFormerPlans, ReplayIsBitIdenticalToEager) {
   const ModelConfig cfg = micro();
   auto backend = make_cpu_backend(2, Precision::kF32);
   const Checkpoint ck = random_checkpoint(cfg, 13);
-  BevFormer eager(cfg, ck, *backend, /*replay=*/false), planned(cfg, ck, *backend, /*replay=*/true);
+  LoadedModel eager(cfg, ck, *backend, /*replay=*/false), planned(cfg, ck, *backend, /*replay=*/true);
   for (int k = 0; k < 5; ++k) {
     FrameInput f = synthetic_frame(cfg, 13, k);
     if (k >= 3) f.scene_token = "next scene";
@@ -251,8 +256,8 @@ TEST(BevFormerPlans, Bf16ReplayIsBitIdenticalToEagerAndNearF32) {
   auto bf16 = make_cpu_backend(2, Precision::kBF16);
   auto f32 = make_cpu_backend(2, Precision::kF32);
   const Checkpoint ck = random_checkpoint(cfg, 17);
-  BevFormer eager(cfg, ck, *bf16, /*replay=*/false), planned(cfg, ck, *bf16, /*replay=*/true);
-  BevFormer exact(cfg, ck, *f32, /*replay=*/true);
+  LoadedModel eager(cfg, ck, *bf16, /*replay=*/false), planned(cfg, ck, *bf16, /*replay=*/true);
+  LoadedModel exact(cfg, ck, *f32, /*replay=*/true);
   for (int k = 0; k < 3; ++k) {
     const FrameInput f = synthetic_frame(cfg, 17, k);
     const FrameOutput a = eager.forward(f), b = planned.forward(f), c = exact.forward(f);
@@ -284,8 +289,8 @@ TEST(BevFormerPlans, RigCacheServesVehiclesWithDifferentRigs) {
   const ModelConfig cfg = micro();
   auto backend = make_cpu_backend(2, Precision::kF32);
   const Checkpoint ck = random_checkpoint(cfg, 21);
-  BevFormer planned(cfg, ck, *backend, /*replay=*/true);
-  BevFormer eager_a(cfg, ck, *backend, /*replay=*/false), eager_b(cfg, ck, *backend, /*replay=*/false);
+  LoadedModel planned(cfg, ck, *backend, /*replay=*/true);
+  LoadedModel eager_a(cfg, ck, *backend, /*replay=*/false), eager_b(cfg, ck, *backend, /*replay=*/false);
   StreamHistory ha, hb;
   for (int k = 0; k < 4; ++k) {
     const FrameInput fa = synthetic_frame(cfg, 21, k);
@@ -300,31 +305,29 @@ TEST(BevFormerPlans, RigCacheServesVehiclesWithDifferentRigs) {
     EXPECT_FALSE(identical(pa.bev_embed, pb.bev_embed));
   }
   EXPECT_EQ(planned.rigs_seen(), 2u);
-  EXPECT_EQ(planned.plan_info().size(), 5u);  // image + (first frame, with history) per rig
+  EXPECT_EQ(planned.stage_info().size(), 5u);  // image + (first frame, with history) per rig
   EXPECT_NE(planned.describe().find("bev (with history, rig 2)"), std::string::npos);
 
   for (int r = 0; r < 4; ++r) planned.forward(on_other_rig(synthetic_frame(cfg, 30 + r, 0), 1.1 + 0.05 * r));
   EXPECT_EQ(planned.rigs_seen(), 6u);
-  EXPECT_LE(planned.plan_info().size(), 1u + 2u * 4u);  // four rigs kept at most
+  EXPECT_LE(planned.stage_info().size(), 1u + 2u * 4u);  // four rigs kept at most
   // Rig a was dropped: coming back computes it again, with the same result as before.
   StreamHistory fresh;
   const FrameOutput again = planned.forward(synthetic_frame(cfg, 21, 0), fresh);
   EXPECT_EQ(planned.rigs_seen(), 7u);
-  BevFormer eager_c(cfg, ck, *backend, /*replay=*/false);
+  LoadedModel eager_c(cfg, ck, *backend, /*replay=*/false);
   EXPECT_TRUE(identical(again.bev_embed, eager_c.forward(synthetic_frame(cfg, 21, 0)).bev_embed));
 }
 
 
 // The same frame with its padded image `extra` pixels wider (zeros on the right, as the test
-// pipeline pads): another input shape for the image stage, the same rig.
+// pipeline pads): another input shape for the image stage, the same rig. img is NHWC.
 FrameInput padded_wider(FrameInput f, int64_t extra) {
   const Tensor& a = f.img;
-  Tensor b = Tensor::zeros({a.size(0), a.size(1), a.size(2), a.size(3) + extra}, DType::kF32);
-  for (int64_t plane = 0; plane < a.size(0) * a.size(1); ++plane) {
-    for (int64_t y = 0; y < a.size(2); ++y) {
-      std::memcpy(b.data<float>() + (plane * a.size(2) + y) * b.size(3), a.data<float>() + (plane * a.size(2) + y) * a.size(3),
-                  static_cast<size_t>(a.size(3)) * sizeof(float));
-    }
+  Tensor b = Tensor::zeros({a.size(0), a.size(1), a.size(2) + extra, a.size(3)}, DType::kF32);
+  const int64_t row_a = a.size(2) * a.size(3), row_b = b.size(2) * b.size(3);
+  for (int64_t row = 0; row < a.size(0) * a.size(1); ++row) {
+    std::memcpy(b.data<float>() + row * row_b, a.data<float>() + row * row_a, static_cast<size_t>(row_a) * sizeof(float));
   }
   f.img = b;
   return f;
@@ -332,7 +335,7 @@ FrameInput padded_wider(FrameInput f, int64_t extra) {
 
 // One stream through a pipelined model: a second thread stages frame k+1 (run_image) while this
 // thread runs frame k's bev stage; the lanes bound how far ahead it gets.
-std::vector<FrameOutput> run_pipelined(BevFormer& model, const std::vector<FrameInput>& frames) {
+std::vector<FrameOutput> run_pipelined(LoadedModel& model, const std::vector<FrameInput>& frames) {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<StagedFrame> ready;
@@ -386,7 +389,7 @@ TEST(BevFormerPipeline, StagedAheadIsBitIdenticalToOneFrameAtATime) {
   for (const Precision precision : {Precision::kF32, Precision::kBF16}) {
     auto backend = make_cpu_backend(2, precision);
     for (const bool replay : {true, false}) {
-      BevFormer plain(cfg, ck, *backend, replay), piped(cfg, ck, *backend, replay, /*pipelined=*/true);
+      LoadedModel plain(cfg, ck, *backend, replay), piped(cfg, ck, *backend, replay, /*pipelined=*/true);
       EXPECT_EQ(plain.lanes(), 1);
       EXPECT_EQ(piped.lanes(), 2);
       const std::vector<FrameOutput> got = run_pipelined(piped, frames);
@@ -412,7 +415,7 @@ TEST(BevFormerPipeline, ReRecordedLanesDropTheirOldBevPlansOnEveryRig) {
   const ModelConfig cfg = micro();
   auto backend = make_cpu_backend(2, Precision::kF32);
   const Checkpoint ck = random_checkpoint(cfg, 53);
-  BevFormer piped(cfg, ck, *backend, /*replay=*/true, /*pipelined=*/true), plain(cfg, ck, *backend);
+  LoadedModel piped(cfg, ck, *backend, /*replay=*/true, /*pipelined=*/true), plain(cfg, ck, *backend);
   int k = 0;
   const auto two_at_once = [&](bool wide) {
     FrameInput a = synthetic_frame(cfg, 53, k), b = synthetic_frame(cfg, 53, k + 1);
@@ -426,11 +429,11 @@ TEST(BevFormerPipeline, ReRecordedLanesDropTheirOldBevPlansOnEveryRig) {
     k += 2;
   };
   two_at_once(false);
-  EXPECT_EQ(piped.plan_info().size(), 4u);  // two image plans, a bev plan per lane
+  EXPECT_EQ(piped.stage_info().size(), 4u);  // two image plans, a bev plan per lane
   two_at_once(true);                        // both lanes re-record, on a new rig
-  EXPECT_EQ(piped.plan_info().size(), 4u) << piped.describe();
+  EXPECT_EQ(piped.stage_info().size(), 4u) << piped.describe();
   two_at_once(false);                       // and back
-  EXPECT_EQ(piped.plan_info().size(), 4u) << piped.describe();
+  EXPECT_EQ(piped.stage_info().size(), 4u) << piped.describe();
   EXPECT_EQ(piped.rigs_seen(), 2u);
 }
 
@@ -440,7 +443,7 @@ TEST(BevFormerPipeline, ConcurrentStreamsOnAPipelinedModelEqualEachAlone) {
   const ModelConfig cfg = micro();
   auto backend = make_cpu_backend(2, Precision::kF32);
   const Checkpoint ck = random_checkpoint(cfg, 43);
-  BevFormer piped(cfg, ck, *backend, /*replay=*/true, /*pipelined=*/true);
+  LoadedModel piped(cfg, ck, *backend, /*replay=*/true, /*pipelined=*/true);
   constexpr int kStreams = 3, kFrames = 4;
   std::vector<std::vector<FrameOutput>> got(kStreams);
   std::vector<std::thread> workers;
@@ -454,7 +457,7 @@ TEST(BevFormerPipeline, ConcurrentStreamsOnAPipelinedModelEqualEachAlone) {
   }
   for (auto& w : workers) w.join();
   for (int s = 0; s < kStreams; ++s) {
-    BevFormer alone(cfg, ck, *backend);
+    LoadedModel alone(cfg, ck, *backend);
     for (int k = 0; k < kFrames; ++k) {
       expect_identical(alone.forward(synthetic_frame(cfg, 50 + static_cast<uint64_t>(s), k)),
                        got[static_cast<size_t>(s)][static_cast<size_t>(k)],
@@ -469,12 +472,12 @@ TEST(BevFormerPipeline, MisusedStagedFramesFailClearlyAndFreeTheirLane) {
   const ModelConfig cfg = micro();
   auto backend = make_cpu_backend(2, Precision::kF32);
   const Checkpoint ck = random_checkpoint(cfg, 47);
-  BevFormer model(cfg, ck, *backend), other(cfg, ck, *backend), reference(cfg, ck, *backend);
+  LoadedModel model(cfg, ck, *backend), other(cfg, ck, *backend), reference(cfg, ck, *backend);
   const FrameInput f0 = synthetic_frame(cfg, 47, 0), f1 = synthetic_frame(cfg, 47, 1);
   { StagedFrame dropped = model.run_image(f0); }  // one lane: a leak would hang the next call
-  test::expect_invalid_input([&] { model.run_bev(f0, other.run_image(f0)); }, "another model");
+  test::expect_invalid_input([&] { model.run_bev(f0, other.run_image(f0)); }, "another runner");
   test::expect_invalid_input([&] { model.run_bev(f0, StagedFrame{}); }, "empty staged frame");
-  test::expect_invalid_input([&] { model.run_bev(f0, model.run_image(padded_wider(f0, 32))); }, "staged frame's was");
+  test::expect_invalid_input([&] { model.run_bev(f0, model.run_image(padded_wider(f0, 32))); }, "differs from the one staged");
   FrameInput nan_pose = f0;
   nan_pose.can_bus[3] = std::nan("");
   test::expect_invalid_input([&] { model.run_image(nan_pose); }, "can_bus");

@@ -91,9 +91,11 @@ TEST(FramesGolden, MicroFramesGiveTheSetsInputs) {
     const PreparedFrame p = prepare_frame(spec, cfg, kMicroDir);
     const Checkpoint golden = load_checkpoint(kMicroDir + "/frame" + std::to_string(k) + ".safetensors");
 
-    // img: every value equal.
-    const Tensor* img = golden.find("img");
-    ASSERT_NE(img, nullptr);
+    // img: every value equal (the set's NCHW against the engine's NHWC).
+    const Tensor* nchw = golden.find("img");
+    ASSERT_NE(nchw, nullptr);
+    const Tensor nhwc = nchw->permute({0, 2, 3, 1}).contiguous();
+    const Tensor* img = &nhwc;
     ASSERT_EQ(p.input.img.shape(), img->shape());
     const float* a = p.input.img.data<float>();
     const float* b = img->data<float>();
@@ -259,7 +261,7 @@ TEST(FramesDemo, ConvertInfoThenPrepareTiny) {
 
   const ModelConfig cfg = config_preset("tiny");
   const PreparedFrame p = prepare_frame(spec, cfg, out);
-  ASSERT_EQ(p.input.img.shape(), (Shape{6, 3, 480, 800}));
+  ASSERT_EQ(p.input.img.shape(), (Shape{6, 480, 800, 3}));
   const float* img = p.input.img.data<float>();
   const auto& mean = cfg.image.mean;
   const auto& std_ = cfg.image.std;
@@ -288,7 +290,7 @@ TEST(FramesDemo, ConvertInfoThenPrepareTiny) {
             sum += (v - mean[c]) / std_[c];
           }
         }
-        const double got = img[((i * 3 + c) * 480 + y) * 800 + x];
+        const double got = img[((i * 480 + y) * 800 + x) * 3 + c];
         worst = std::max(worst, std::abs(got - sum / 4));
         EXPECT_NEAR(got, sum / 4, 1e-5) << "pixel (" << y << ", " << x << ") channel " << c;
       }
@@ -296,7 +298,7 @@ TEST(FramesDemo, ConvertInfoThenPrepareTiny) {
     // Padding rows 450..479 are exactly 0.
     for (int c = 0; c < 3; ++c) {
       for (int y = 450; y < 480; y += 7) {
-        for (int x = 0; x < 800; x += 97) EXPECT_EQ(img[((i * 3 + c) * 480 + y) * 800 + x], 0.0f);
+        for (int x = 0; x < 800; x += 97) EXPECT_EQ(img[((i * 480 + y) * 800 + x) * 3 + c], 0.0f);
       }
     }
 

@@ -156,7 +156,7 @@ TEST(GeometryGolden, PointSamplingMatchesUpstream) {
 
 TEST(GeometryGolden, ScaPlanMatchesUpstreamCoverage) {
   const PointSampling ps = micro_point_sampling();
-  const ScaPlan plan = sca_plan(ps);
+  const ScaQueryLists plan = sca_query_lists(ps);
   const Tensor counts = golden(0, "dbg.bev_mask_count").to(DType::kI64);
   ASSERT_EQ(counts.numel(), 6);
   const std::vector<int64_t> readme = {69, 82, 84, 103, 78, 81};
@@ -435,7 +435,7 @@ TEST(Geometry, PointSamplingRectangularGridAndBehindCamera) {
   EXPECT_GT(visible, 0);
 
   // SCA plan on the rectangular grid: identical cameras give identical lists and count 2.
-  const ScaPlan plan = sca_plan(ps);
+  const ScaQueryLists plan = sca_query_lists(ps);
   ASSERT_EQ(plan.count_per_camera.size(), 2u);
   EXPECT_EQ(plan.count_per_camera[0], plan.count_per_camera[1]);
   EXPECT_EQ(plan.max_len, plan.count_per_camera[0]);
@@ -454,7 +454,7 @@ TEST(Geometry, ScaPlanWithNothingVisibleHasOnePaddingSlot) {
   cfg.head.bev_w = 5;
   // Depth -1 for every point: the whole grid lies behind the camera.
   const std::array<double, 16> away = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, -1, 0, 0, 0, 1};
-  const ScaPlan plan = sca_plan(point_sampling(cfg, {away}, 32, 32));
+  const ScaQueryLists plan = sca_query_lists(point_sampling(cfg, {away}, 32, 32));
   EXPECT_EQ(plan.count_per_camera, std::vector<int64_t>{0});
   EXPECT_EQ(plan.max_len, 1);
   EXPECT_EQ(plan.query_index.data<int64_t>()[0], -1);
@@ -549,7 +549,7 @@ TEST(Geometry, RejectsEmptyInputs) {
   EXPECT_THROW(point_sampling(cfg, {}, 32, 32), Error);
   EXPECT_THROW(point_sampling(cfg, {forward_camera(1, 1, 1)}, 0, 32), Error);
   EXPECT_THROW(rotation_source_index(0, 5, 1.0, {0, 0}), Error);
-  EXPECT_THROW(sca_plan(PointSampling{}), Error);
+  EXPECT_THROW(sca_query_lists(PointSampling{}), Error);
 }
 
 }  // namespace

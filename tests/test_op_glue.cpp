@@ -18,6 +18,7 @@
 #include "backend/cpu/elementwise.h"
 #include "backend/cpu/select.h"
 #include "backend/ops.h"
+#include "backend/recorded_stage.h"
 #include "kernel_test_util.h"
 
 namespace bev {
@@ -167,13 +168,15 @@ TEST(Zeros, KernelAndOpsZeroAgainOnEveryReplay) {
   cpu::zeros(empty);
 
   auto backend = make_cpu_backend(1, Precision::kF32);
-  Ops ops(*backend, Ops::Mode::kRecord);
+  Ops ops(*backend, Ops::Mode::kPlan);
   const Tensor z = ops.zeros({3, 1, 9}, "acc");
   EXPECT_EQ(z.shape(), (Shape{3, 1, 9}));
   EXPECT_EQ(z.dtype(), DType::kF32);
+  const RecordedStage stage("zeros", ops.take_nodes(), {z}, *backend);
+  backend->execute(stage);
   EXPECT_TRUE(same_bits(z, Tensor::zeros({3, 1, 9}, DType::kF32)));
   std::fill(z.data<float>(), z.data<float>() + z.numel(), 42.0f);  // last frame's sums
-  ops.replay();
+  backend->execute(stage);
   EXPECT_TRUE(same_bits(z, Tensor::zeros({3, 1, 9}, DType::kF32)));
 }
 

@@ -9,7 +9,7 @@
 
 #include "backend/cpu/onednn.h"
 #include "backend/ops.h"
-#include "backend/plan.h"
+#include "backend/recorded_stage.h"
 #include "bevformer/error.h"
 
 namespace bev {
@@ -117,7 +117,7 @@ bool identical(const Tensor& a, const Tensor& b) {
 
 TEST(Ops, EveryOpHasANameAndTheStageUsesThemAll) {
   auto backend = make_cpu_backend(2, Precision::kF32);
-  Ops ops(*backend, Ops::Mode::kRecord);
+  Ops ops(*backend, Ops::Mode::kPlan);
   MiniStage stage(ops);
   stage.run(ops, random({2, 9, 11, 5}, 20));
   std::set<OpKind> used;
@@ -130,22 +130,24 @@ TEST(Ops, EveryOpHasANameAndTheStageUsesThemAll) {
 
 TEST(Ops, ReplayOnNewInputsEqualsEager) {
   auto backend = make_cpu_backend(2, Precision::kF32);
-  Ops rec(*backend, Ops::Mode::kRecord);
+  Ops rec(*backend, Ops::Mode::kPlan);
   MiniStage stage(rec);
-  Tensor input = random({2, 9, 11, 5}, 30);
-  Tensor out = stage.run(rec, input);
-  // A new frame: write new pixels into the recorded input buffer, replay the recorded nodes.
-  const Tensor next = random({2, 9, 11, 5}, 31);
-  std::memcpy(input.raw_data(), next.raw_data(), next.nbytes());
-  rec.replay();
-  Ops eager(*backend, Ops::Mode::kEager);
-  const Tensor expect = stage.run(eager, next);
-  EXPECT_TRUE(identical(out, expect));
-  EXPECT_TRUE(eager.nodes().empty());
+  const Tensor input = backend->empty({2, 9, 11, 5}, DType::kF32);
+  const Tensor out = stage.run(rec, input);
+  const RecordedStage recorded("mini", rec.take_nodes(), {out}, *backend);
+  for (const uint64_t seed : {30, 31}) {
+    // A new frame: new pixels written into the recorded input, the same stage executed again.
+    const Tensor pixels = random({2, 9, 11, 5}, seed);
+    backend->write(input, pixels);
+    backend->execute(recorded);
+    Ops eager(*backend, Ops::Mode::kEager);
+    EXPECT_TRUE(identical(out, stage.run(eager, pixels))) << "seed " << seed;
+    EXPECT_TRUE(eager.nodes().empty());
+  }
 }
 
 // Plan mode keeps the ops without running them: its outputs have no memory (reading one is an
-// internal error, not garbage) until a Plan places them, and the plan's first replay equals an
+// internal error, not garbage) until a RecordedStage places them, and its first execution equals an
 // eager run, with the intermediates sharing one arena smaller than their sum.
 TEST(Ops, PlannedWithoutRunningEqualsEager) {
   auto backend = make_cpu_backend(2, Precision::kF32);
@@ -155,11 +157,10 @@ TEST(Ops, PlannedWithoutRunningEqualsEager) {
   const Tensor out = stage.run(rec, input);
   ASSERT_TRUE(out.storage()->is_deferred());
   EXPECT_THROW((void)out.raw_data(), Error);
-  EXPECT_THROW(rec.replay(), Error);
-  const Plan plan("mini", rec.take_nodes(), {out});
+  const RecordedStage plan("mini", rec.take_nodes(), {out}, *backend);
   EXPECT_FALSE(out.storage()->is_deferred());
   EXPECT_LT(plan.arena_bytes(), plan.no_reuse_bytes());
-  plan.replay(*backend);
+  backend->execute(plan);
   Ops eager(*backend, Ops::Mode::kEager);
   EXPECT_TRUE(identical(out, stage.run(eager, input)));
 }

@@ -22,9 +22,10 @@
 #include "backend/backend.h"
 #include "backend/cpu/onednn.h"
 #include "backend/ops.h"
-#include "backend/plan.h"
+#include "backend/recorded_stage.h"
 #include "model/bevformer.h"
 #include "model/synthetic.h"
+#include "engine_test_util.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define BEV_ALLOC_HOOK 0
@@ -195,6 +196,13 @@ class AttributingBackend final : public Backend {
   const char* name() const override { return inner_.name(); }
   Device device() const override { return inner_.device(); }
   Precision precision() const override { return inner_.precision(); }
+  BackendInfo info() const override { return inner_.info(); }
+  std::shared_ptr<Storage> allocate(size_t bytes) override { return inner_.allocate(bytes); }
+  void write(const Tensor& dst, const Tensor& host_src) override { inner_.write(dst, host_src); }
+  Tensor read(const Tensor& src) override { return inner_.read(src); }
+  void copy(const Tensor& dst, const Tensor& src) override { inner_.copy(dst, src); }
+  void synchronize() override { inner_.synchronize(); }
+  double measure_peak_gflops() override { return inner_.measure_peak_gflops(); }
   std::shared_ptr<const void> prepare(OpKind kind, const OpAttrs& attrs, const Tensor& weight,
                                       const Tensor* bias) override {
     return inner_.prepare(kind, attrs, weight, bias);
@@ -249,9 +257,9 @@ TEST_F(PlanAllocations, ReplayedStagesAllocateNothingOutsideOneDnn) {
     SCOPED_TRACE(precision_name(precision));
     auto cpu = make_cpu_backend(2, precision);
     AttributingBackend backend(*cpu);
-    BevFormer model(cfg, ck, backend);
+    testing::LoadedModel model(cfg, ck, backend);
     for (int k = 0; k < 3; ++k) model.forward(synthetic_frame(cfg, 17, k));  // records both bev variants
-    const Counts n = allocations_during([&] { model.replay_recorded_stages(); });
+    const Counts n = allocations_during([&] { model.runner().replay_recorded_stages(); });
     EXPECT_EQ(n.in_engine(), 0) << "heap allocations made by the engine while replaying the recorded image and "
                                    "bev stages, per op:"
                                 << n.breakdown();

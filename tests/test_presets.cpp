@@ -13,6 +13,7 @@
 #include "model/bevformer.h"
 #include "model/param_spec.h"
 #include "model/synthetic.h"
+#include "engine_test_util.h"
 
 namespace bev {
 namespace {
@@ -27,14 +28,14 @@ TEST_P(Preset, RunsOneFullSizeFrame) {
   EXPECT_EQ(counted, params);
   auto backend = make_cpu_backend(0, Precision::kF32);
   const Checkpoint ck = random_checkpoint(cfg, 2026);
-  BevFormer model(cfg, ck, *backend);
+  testing::LoadedModel model(cfg, ck, *backend);
   const FrameInput frame = synthetic_frame(cfg, 2026, 0);
   const auto t0 = std::chrono::steady_clock::now();
   const FrameOutput out = model.forward(frame);
   std::printf("%s: first frame %.2f s\n", name,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   const int64_t hw = int64_t{cfg.head.bev_h} * cfg.head.bev_w, q = cfg.head.num_query;
-  EXPECT_EQ(frame.img.shape(), (Shape{6, 3, image_padded_size(cfg.image).height, image_padded_size(cfg.image).width}));
+  EXPECT_EQ(frame.img.shape(), (Shape{6, image_padded_size(cfg.image).height, image_padded_size(cfg.image).width, 3}));
   EXPECT_EQ(out.bev_embed.shape(), (Shape{hw, 256}));
   EXPECT_EQ(out.all_cls_scores.shape(), (Shape{6, q, 10}));
   EXPECT_EQ(out.all_bbox_preds.shape(), (Shape{6, q, 10}));
@@ -61,7 +62,7 @@ TEST(PresetPlans, TinyReplayIsBitIdenticalToEagerOverASequence) {
   const ModelConfig cfg = config_preset("tiny");
   auto backend = make_cpu_backend(0, Precision::kF32);
   const Checkpoint ck = random_checkpoint(cfg, 7);
-  BevFormer eager(cfg, ck, *backend, /*replay=*/false), planned(cfg, ck, *backend, /*replay=*/true);
+  testing::LoadedModel eager(cfg, ck, *backend, /*replay=*/false), planned(cfg, ck, *backend, /*replay=*/true);
   for (int k = 0; k < 4; ++k) {
     const FrameInput f = synthetic_frame(cfg, 7, k);
     const FrameOutput a = eager.forward(f);
@@ -77,7 +78,7 @@ TEST(PresetPlans, TinyReplayIsBitIdenticalToEagerOverASequence) {
       EXPECT_EQ(a.detections[i].score, b.detections[i].score) << i;
     }
   }
-  EXPECT_EQ(planned.plan_info().size(), 3u);  // image, bev (first frame), bev (with history)
+  EXPECT_EQ(planned.stage_info().size(), 3u);  // image, bev (first frame), bev (with history)
 }
 
 }  // namespace

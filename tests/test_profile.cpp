@@ -25,6 +25,7 @@
 #include "model/config.h"
 #include "model/synthetic.h"
 #include "profile/profiler.h"
+#include "engine_test_util.h"
 
 namespace bev {
 namespace {
@@ -118,6 +119,13 @@ class SlowBackend final : public Backend {
   const char* name() const override { return "slow"; }
   Device device() const override { return Device::kCpu; }
   Precision precision() const override { return Precision::kF32; }
+  BackendInfo info() const override { return {"slow", "none", "", 1, "f32"}; }
+  std::shared_ptr<Storage> allocate(size_t bytes) override { return Storage::allocate(bytes); }
+  void write(const Tensor&, const Tensor&) override {}
+  Tensor read(const Tensor& src) override { return src.clone(); }
+  void copy(const Tensor&, const Tensor&) override {}
+  void synchronize() override {}
+  double measure_peak_gflops() override { return 1; }
   std::shared_ptr<const void> prepare(OpKind, const OpAttrs&, const Tensor&, const Tensor*) override { return {}; }
   bool fuses_bottleneck(const Shape&, const BottleneckAttrs&) const override { return false; }
   void run(const OpNode&) override {
@@ -337,7 +345,7 @@ TEST(ProfilerOff, ReplayThroughTheDetachedDecoratorChangesNothingAndRecordsNothi
   Profiler profiler;
   decorated.attach(&profiler);
   decorated.attach(nullptr);  // detached again: the state the server and CLI run in
-  BevFormer bare(cfg, ck, *cpu), wrapped(cfg, ck, decorated);
+  testing::LoadedModel bare(cfg, ck, *cpu), wrapped(cfg, ck, decorated);
   for (int k = 0; k < 3; ++k) {
     const FrameOutput a = bare.forward(synthetic_frame(cfg, 5, k));
     const FrameOutput b = wrapped.forward(synthetic_frame(cfg, 5, k));
@@ -350,10 +358,10 @@ TEST(ProfilerOff, ReplayThroughTheDetachedDecoratorChangesNothingAndRecordsNothi
   }
   EXPECT_TRUE(profiler.ops().empty()) << profiler.ops().size() << " ops recorded while detached";
 
-  auto time_ms = [](BevFormer& m) {
+  auto time_ms = [](testing::LoadedModel& m) {
     const auto t0 = std::chrono::steady_clock::now();
-    m.replay_image_stage();
-    m.replay_bev_stage(true);
+    m.runner().replay_image_stage();
+    m.runner().replay_bev_stage(true);
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
   double best_bare = 1e30, best_wrapped = 1e30;

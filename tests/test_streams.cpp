@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "model/synthetic.h"
 #include "runtime/streams.h"
+#include "engine_test_util.h"
 
 namespace bev {
 namespace {
@@ -79,17 +80,17 @@ TEST(Streams, BusyStreamsAreNeverEvictedAndAFullRegistrySaysSo) {
 TEST(Streams, GapsAndNonIncreasingTimestampsResetHistory) {
   StreamRegistry reg({.max_streams = 4, .idle_ttl_seconds = 1e9, .max_gap_seconds = 2.0});
   auto lease = reg.acquire("car");
-  EXPECT_EQ(lease.begin_frame(10.0), "");
+  EXPECT_EQ(lease.begin_frame(10.0, "s"), "");
   lease.history().state.has_prev_bev = true;  // as a completed frame leaves it
   lease.end_frame(10.0);
-  EXPECT_EQ(lease.begin_frame(11.5), "");
+  EXPECT_EQ(lease.begin_frame(11.5, "s"), "");
   EXPECT_TRUE(lease.history().state.has_prev_bev);
   lease.end_frame(11.5);
-  EXPECT_NE(lease.begin_frame(14.0).find("time gap"), std::string::npos);
+  EXPECT_NE(lease.begin_frame(14.0, "s").find("time gap"), std::string::npos);
   EXPECT_FALSE(lease.history().state.has_prev_bev);
   lease.history().state.has_prev_bev = true;
   lease.end_frame(14.0);
-  EXPECT_NE(lease.begin_frame(13.0).find("did not increase"), std::string::npos);
+  EXPECT_NE(lease.begin_frame(13.0, "s").find("did not increase"), std::string::npos);
   EXPECT_FALSE(lease.history().state.has_prev_bev);
   EXPECT_EQ(reg.stats().resets_gap, 1u);
   EXPECT_EQ(reg.stats().resets_backwards, 1u);
@@ -110,7 +111,7 @@ TEST(Streams, ConcurrentStreamsKeepTheirOwnHistory) {
   const ModelConfig cfg = load_config(std::string(BEV_SHARED_DIR) + "/golden/micro/config.json");
   auto backend = make_cpu_backend(2, Precision::kF32);
   const Checkpoint ck = random_checkpoint(cfg, 21);
-  BevFormer model(cfg, ck, *backend);
+  testing::LoadedModel model(cfg, ck, *backend);
   constexpr int kStreams = 4, kFrames = 3;
   auto frame = [&](int s, int k) {
     FrameInput f = synthetic_frame(cfg, 100 + static_cast<uint64_t>(s), k);
@@ -129,7 +130,7 @@ TEST(Streams, ConcurrentStreamsKeepTheirOwnHistory) {
     threads.emplace_back([&, s] {
       for (int k = 0; k < kFrames; ++k) {
         auto lease = reg.acquire("car-" + std::to_string(s));
-        lease.begin_frame(k * 0.5);
+        lease.begin_frame(k * 0.5, "scene-" + std::to_string(s));
         together[s][k] = model.forward(frame(s, k), lease.history()).bev_embed;
         lease.end_frame(k * 0.5);
       }

@@ -21,6 +21,7 @@ Runner add_bench(CLI::App& app) {
       "bench", "Time full-size frames on a synthetic drive: median/p90 latency, fps, stages, FLOP floor, peak RSS");
   sub->add_option("--config", o->config, "tiny | small | base | upstream-style config JSON")->capture_default_str();
   sub->add_option("--weights", o->weights, "Checkpoint (default: seeded random weights of the config)");
+  add_backend_option(sub, o->backend);
   sub->add_option("--precision", o->precision, "f32 | bf16 (convolutions and matmuls)")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "bf16"}));

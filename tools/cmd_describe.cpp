@@ -15,6 +15,7 @@ struct DescribeArgs {
   std::string config = "tiny";
   std::string weights;
   int threads = 0;
+  std::string backend = "cpu";
   bool summary = false;
 };
 
@@ -27,10 +28,12 @@ Runner add_describe(CLI::App& app) {
   sub->add_option("--config", a->config, "tiny | small | base | upstream-style config JSON")->capture_default_str();
   sub->add_option("--weights", a->weights, "Checkpoint (default: seeded random weights of the config)");
   sub->add_option("--threads", a->threads, "CPU threads (0: one per hardware thread)")->capture_default_str();
+  add_backend_option(sub, a->backend);
   sub->add_flag("--summary", a->summary, "Only the per-stage totals, not every op");
   return [a]() {
     Knobs k;
     k.threads = a->threads;
+    k.backend = a->backend;
     const std::unique_ptr<Model> model = Model::load(a->config, a->weights, k);
     const std::string text = model->describe();
     if (!a->summary) {

@@ -27,6 +27,7 @@ struct DetectArgs {
   std::string nusc;
   int threads = 0;
   std::string precision = "f32";
+  std::string backend = "cpu";
   int top = 5;
 };
 
@@ -43,6 +44,7 @@ int run(const DetectArgs& a) {
   Knobs knobs;
   knobs.threads = a.threads;
   knobs.precision = a.precision;
+  knobs.backend = a.backend;
   std::fprintf(stderr, "detect: loading %s%s\n", a.config.c_str(),
                a.weights.empty() ? " with seeded random weights (no --weights): detections will be meaningless"
                                  : (" with " + a.weights).c_str());
@@ -98,6 +100,7 @@ Runner add_detect(CLI::App& app) {
   sub->add_option("--nusc", a->nusc, "Write nuScenes results_nusc.json for the frames (needs their token and ego pose)");
   sub->add_option("--threads", a->threads, "CPU threads (0: one per hardware thread)")->capture_default_str();
   sub->add_option("--precision", a->precision, "f32 | bf16")->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
+  add_backend_option(sub, a->backend);
   sub->add_option("--top", a->top, "Boxes printed per frame")->capture_default_str();
   return [a]() { return run(*a); };
 }

@@ -49,6 +49,7 @@ Runner add_golden(CLI::App& app) {
       ->check(at_least(0, "an integer >= 0", "NONNEGATIVE"));
   sub->add_flag("--eager", a->options.eager,
                "Run every frame eagerly (default: record each stage once, then replay the plan)");
+  add_backend_option(sub, a->options.backend);
   sub->add_option("--precision", a->options.precision, "f32 | bf16 (convolutions and matmuls; shows bf16's error per stage)")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "bf16"}));

@@ -27,6 +27,7 @@ Runner add_profile(CLI::App& app) {
   sub->add_option("--threads", o->threads, "CPU threads (0: one per hardware thread)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
+  add_backend_option(sub, o->backend);
   sub->add_option("--precision", o->precision, "f32 | bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "bf16"}));

@@ -33,6 +33,7 @@ struct ServeArgs {
   size_t http_threads = 64;
   int threads = 0;
   std::string precision = "f32";
+  std::string backend = "cpu";
   size_t max_streams = 64;
   double stream_ttl = 600;
   bool pipeline = false;
@@ -51,6 +52,7 @@ int run(const ServeArgs& a) {
   Knobs knobs;
   knobs.threads = a.threads;
   knobs.precision = a.precision;
+  knobs.backend = a.backend;
   knobs.max_streams = a.max_streams;
   knobs.stream_ttl_seconds = a.stream_ttl;
   knobs.pipeline = a.pipeline;
@@ -68,7 +70,13 @@ int run(const ServeArgs& a) {
   so.limits.max_cameras = a.max_cameras;
   so.model_info = {{"config", a.config},
                    {"weights", a.weights.empty() ? "random (seed " + std::to_string(knobs.seed) + ")" : a.weights},
-                   {"backend", "cpu"},
+                   {"backend", model->device_info().backend},
+                   {"device",
+                    {{"backend", model->device_info().backend},
+                     {"device", model->device_info().device},
+                     {"isa", model->device_info().isa},
+                     {"threads", model->device_info().threads},
+                     {"precision", model->device_info().precision}}},
                    {"knobs",
                     {{"threads", knobs.threads},
                      {"precision", knobs.precision},
@@ -121,6 +129,7 @@ Runner add_serve(CLI::App& app) {
   sub->add_option("--http-threads", a->http_threads, "Connections served at once")->capture_default_str()->check(CLI::Range(1, 4096));
   sub->add_option("--threads", a->threads, "CPU threads for the kernels (0: one per hardware thread)")->capture_default_str();
   sub->add_option("--precision", a->precision, "f32 | bf16")->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
+  add_backend_option(sub, a->backend);
   sub->add_option("--max-streams", a->max_streams, "Streams kept; past it the least recently used is evicted")->capture_default_str();
   sub->add_option("--stream-ttl", a->stream_ttl, "Seconds an idle stream is kept")->capture_default_str();
   sub->add_flag("--pipeline", a->pipeline,

@@ -24,4 +24,7 @@ Runner add_serve(CLI::App& app);
 // Maps an exception escaping a command to a message on stderr and an exit code.
 int report_exception();
 
+// --backend NAME (default "cpu"), listing the backends this binary was built with.
+CLI::Option* add_backend_option(CLI::App* sub, std::string& backend);
+
 }  // namespace bev::cli

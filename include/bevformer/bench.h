@@ -28,6 +28,7 @@ struct BenchOptions {
   bool pipeline = false;
   bool stages = true;             // profile one extra frame for the per-stage breakdown
   bool measure_peak = true;       // measure this machine's matmul peak (about a second)
+  std::string backend = "cpu";    // available_backends() (bevformer/model.h)
 };
 
 // One stage of DESIGN §3 (img.layer1, enc0.tsa, ...) in the profiled frame.
@@ -42,7 +43,9 @@ struct BenchStage {
 };
 
 struct BenchReport {
-  std::string config, weights, precision, device;
+  std::string config, weights, precision;
+  std::string device;          // "cpu: <CPU model>, <ISA>, <threads> threads"
+  std::string backend, cpu, isa;  // its parts: the backend's name, the processor, the ISA dispatched to
   int threads = 0, frames = 0, warmup = 0;
   std::string mode;  // "replay" | "eager", then ", pipelined" when it was
   double first_frame_ms = 0;  // warm-up frame 0: recording the image and first-frame bev plans

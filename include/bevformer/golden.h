@@ -18,6 +18,7 @@ struct GoldenOptions {
   std::string dump_dir;     // when set: write every tap and the detections as <dir>/frame<k>.safetensors
   bool eager = false;       // run every frame eagerly instead of recording the stages and replaying them
   std::string precision = "f32";  // "f32" | "bf16": convolutions and matmuls in bf16 (its error, stage by stage)
+  std::string backend = "cpu";    // available_backends() (bevformer/model.h)
 };
 
 // One golden tensor against the model's tap of the same name.
@@ -86,6 +87,7 @@ struct GoldenReport {
   std::string checkpoint_path;
   double tolerance = 0;
   std::string precision = "f32";
+  std::string backend;  // where it ran: "cpu: <CPU model>, <ISA>, <threads> threads"
   size_t frames_in_set = 0;
   std::vector<GoldenFrameResult> frames;
   bool ok = true;

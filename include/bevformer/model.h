@@ -17,6 +17,8 @@
 namespace bev {
 
 struct Knobs {
+  std::string backend = "cpu";     // where the model runs: available_backends() lists what this build has
+  int device = 0;                  // which GPU, for a device backend
   int threads = 0;                 // CPU threads for the kernels; <= 0: one per hardware thread
   std::string precision = "f32";   // "f32" | "bf16" (convolutions and matmuls in bf16)
   uint64_t seed = 2026;            // weights of the untrained model when no weights are given
@@ -50,6 +52,7 @@ struct Detections {
   bool used_history = false;    // the previous BEV of the stream was used
   std::string history_reset;    // why the stream's history was dropped before this frame ("" if not)
   std::vector<Box> boxes;       // by descending score
+  int64_t frame_index = 0;      // frames this stream completed before this one
   std::string json;             // the detections JSON document (docs/FORMATS.md), world frame included when posed
   std::string sample_token;     // the frame's "token" ("" when it has none)
   std::string nuscenes_json;    // this frame's boxes for results_nusc.json (a JSON array; "" without a pose or token)
@@ -62,7 +65,9 @@ struct Detections {
 struct DetectOptions {
   std::string render_png;       // write the picture of this frame here ("" for none)
   std::string ground_truth_info;  // an mmdet3d info file whose matching entry's boxes are drawn too
-  std::string dump_dir;         // write every stage's tensors as <dir>/<stream>_<k>.safetensors (golden names)
+  // Write every stage's tensors as <dir>/<stream>_<k>.safetensors (golden-set names), k the
+  // frame's index in its stream (Detections::frame_index), the stream id made file-safe.
+  std::string dump_dir;
 };
 
 struct StreamStatus {
@@ -78,8 +83,20 @@ struct StreamStatus {
 struct StreamTotals {
   size_t active = 0;
   uint64_t created = 0, evicted_lru = 0, evicted_ttl = 0, dropped = 0;
-  uint64_t resets_gap = 0, resets_backwards = 0;
+  uint64_t resets_gap = 0, resets_backwards = 0, resets_scene = 0;
 };
+
+// Where a model runs (Model::device_info, describe, bench, /v1/model).
+struct DeviceInfo {
+  std::string backend;    // "cpu", "foreign", "cuda"
+  std::string device;     // the CPU model or GPU name
+  std::string isa;        // e.g. "avx512_core_bf16"
+  int threads = 0;
+  std::string precision;
+};
+
+// The backends this binary was built with ("cpu", "foreign" and, with CUDA, "cuda").
+std::vector<std::string> available_backends();
 
 // Camera images sent beside a frame instead of as files (an HTTP multipart body): a camera whose
 // "image" is a string names an entry here. The bytes (JPEG or PNG) belong to the caller and are
@@ -87,7 +104,8 @@ struct StreamTotals {
 using AttachedImages = std::map<std::string, std::string_view, std::less<>>;
 
 // results_nusc.json (the nuScenes detection submission) for frames detected with a sample token
-// and an ego pose; throws Error(kInvalidInput) naming a frame without them, or a token seen twice.
+// and an ego pose, samples in the order given (as mmdet3d writes them); throws
+// Error(kInvalidInput) naming a frame without them, or a token seen twice.
 std::string nuscenes_results_json(const std::vector<Detections>& frames);
 
 // Writes seeded random weights in the official checkpoint layout of `config` as safetensors (the
@@ -115,6 +133,7 @@ class Model {
   StreamTotals stream_totals() const;
 
   bool untrained() const;
+  DeviceInfo device_info() const;
   // The recorded stages: per stage its ops (stage, name, shapes), where each output lives in the
   // arena, the arena size against the sum without reuse, and the weight bytes. Records them first
   // on two synthetic frames (a first frame and one with history) when nothing ran yet.

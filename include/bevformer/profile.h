@@ -30,6 +30,7 @@ struct ProfileOptions {
   std::string precision = "f32";  // "f32" | "bf16"
   std::string out_dir;            // where the files go (created); "" writes nothing
   int top_ops = 15;               // ops listed in summary.md
+  std::string backend = "cpu";    // available_backends() (bevformer/model.h)
 };
 
 // One stage of DESIGN §3 in a replayed frame (means over the rounds).
@@ -112,7 +113,8 @@ struct ProfileReport {
   std::string config;   // the config's name
   std::string weights;  // path, or "random (seed N)"
   std::string precision;
-  std::string device;  // "cpu, 2 threads, avx512_core_bf16"
+  std::string device;  // "cpu: <CPU model>, avx512_core_bf16, 2 threads"
+  std::string backend, cpu, isa;  // its parts
   int threads = 0;
   int rounds = 0;
   size_t ops_per_frame = 0;

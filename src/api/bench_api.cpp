@@ -12,15 +12,13 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "backend/backend.h"
-#include "backend/cpu/onednn.h"
 #include "bevformer/error.h"
 #include "core/log.h"
 #include "io/checkpoint.h"
-#include "model/bevformer.h"
 #include "model/config.h"
 #include "model/synthetic.h"
 #include "profile/profiler.h"
+#include "runtime/engine.h"
 
 namespace bev {
 namespace {
@@ -69,10 +67,10 @@ std::vector<BenchStage> stages_of(const Profiler& p, const std::vector<SignpostR
 // The drive through the model's two stages on two threads: a producer makes frame k and runs
 // its image stage while this thread runs the bev stage of frame k-1 (the model's two lanes
 // bound how far ahead it gets). `finished(k, output, start)` sees the frames in order.
-void run_pipelined(BevFormer& model, const ModelConfig& cfg, uint64_t seed, int total,
+void run_pipelined(StageRunner& model, const ModelConfig& cfg, uint64_t seed, int total,
                    const std::function<void(int, const FrameOutput&, std::chrono::steady_clock::time_point)>& finished) {
   if (model.lanes() != 2 || total < 3) {
-    throw Error(ErrorKind::kInternal, "bench: pipelining needs a two-lane model and at least 3 frames");
+    throw Error(ErrorKind::kInternal, "bench: pipelining needs a two-lane runner and at least 3 frames");
   }
   // The first three frames in a fixed order, so that both lanes have recorded their plans before
   // anything is timed (which lane a frame takes later depends on timing): frames 0 and 1 are
@@ -171,6 +169,13 @@ BenchReport run_bench(const BenchOptions& o) {
   }
   const Precision precision = parse_precision(o.precision, "bench options");
   const ModelConfig cfg = load_config(o.config);
+  EngineOptions engine_options;
+  engine_options.backend = o.backend;
+  engine_options.backend_options = {o.threads, precision, 0};
+  engine_options.replay = !o.eager;
+  engine_options.pipelined = o.pipeline;
+  engine_options.profiling = true;  // detached while timing: one pointer test per op
+  require_backend(engine_options.backend, engine_options.backend_options);
 
   BenchReport r;
   r.config = cfg.name;
@@ -180,9 +185,7 @@ BenchReport run_bench(const BenchOptions& o) {
   r.mode = std::string(o.eager ? "eager" : "replay") + (o.pipeline ? ", pipelined" : "");
   r.weights = o.weights.empty() ? "random (seed " + std::to_string(o.seed) + ")" : o.weights;
 
-  const std::unique_ptr<Backend> cpu = make_cpu_backend(o.threads, precision);
-  ProfilingBackend backend(*cpu);  // detached while timing: one pointer test per op
-  std::unique_ptr<BevFormer> model;
+  std::unique_ptr<Engine> engine;
   {
     // The checkpoint lives only while the model is built from it, as in a serving process.
     if (!o.weights.empty()) log_info("bench: loading ", o.weights);
@@ -190,10 +193,16 @@ BenchReport run_bench(const BenchOptions& o) {
     size_t bytes = 0;
     for (const auto& [name, t] : ck.tensors()) bytes += t.nbytes();
     r.weight_mb = static_cast<double>(bytes) / (1 << 20);
-    model = std::make_unique<BevFormer>(cfg, ck, backend, /*replay=*/!o.eager, /*pipelined=*/o.pipeline);
+    engine = Engine::create(cfg, ck, engine_options);
   }
-  r.threads = cpu::num_threads();
-  r.device = std::string(cpu->name()) + ", " + std::to_string(r.threads) + " threads, " + cpu::isa_name();
+  StageRunner* model = &engine->runner();
+  ProfilingBackend& backend = *engine->profiling();
+  const BackendInfo info = engine->backend_info();
+  r.threads = info.threads;
+  r.backend = info.backend;
+  r.cpu = info.device;
+  r.isa = info.isa;
+  r.device = info.summary();
 
   std::vector<double> geometry, image, bev, decode;
   const int total = o.warmup + o.frames;
@@ -263,7 +272,7 @@ BenchReport run_bench(const BenchOptions& o) {
       r.stages = stages_of(profiler, profiler.ranges("frame"), {});
       for (BenchStage& s : r.stages) s.group = s.name.rfind("img", 0) == 0 ? "image" : "bev";
     } else {
-      model->forward(frame);  // puts the frame's inputs into the plans
+      model->forward(frame);  // puts the frame's inputs into the recorded stages
       backend.attach(&profiler);
       profiler.signpost("image");
       const bool image_ok = model->replay_image_stage();
@@ -291,7 +300,7 @@ BenchReport run_bench(const BenchOptions& o) {
   }
   if (o.measure_peak) {
     log_info("bench: measuring this machine's ", o.precision, " matmul peak");
-    r.peak_gflops = cpu::measure_peak_gflops(precision);
+    r.peak_gflops = backend.measure_peak_gflops();
     if (r.gflop_per_frame > 0) {
       r.floor_ms = r.gflop_per_frame / r.peak_gflops * 1e3;
       r.percent_of_floor = 100 * r.floor_ms / r.median_ms;
@@ -316,6 +325,9 @@ std::string bench_json(const BenchReport& r) {
                             {"weights", r.weights},
                             {"precision", r.precision},
                             {"device", r.device},
+                            {"backend", r.backend},
+                            {"cpu", r.cpu},
+                            {"isa", r.isa},
                             {"threads", r.threads},
                             {"mode", r.mode},
                             {"frames", r.frames},

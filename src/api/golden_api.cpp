@@ -7,23 +7,23 @@
 #include <filesystem>
 #include <set>
 
-#include "backend/backend.h"
 #include "bevformer/error.h"
 #include "core/log.h"
 #include "io/checkpoint.h"
 #include "io/golden_set.h"
 #include "io/safetensors.h"
-#include "model/bevformer.h"
 #include "model/config.h"
 #include "model/taps.h"
+#include "runtime/engine.h"
 
 namespace bev {
 namespace {
 
-// The model's input for a golden frame: img, lidar2img, can_bus (raw), scene_token.
+// The model's input for a golden frame: img (the set's NCHW as the engine's NHWC), lidar2img,
+// can_bus (raw), scene_token.
 FrameInput frame_input(const GoldenFrame& frame) {
   FrameInput in;
-  in.img = frame.img;
+  in.img = frame.img.permute({0, 2, 3, 1}).contiguous();
   in.lidar2img = frame.lidar2img;
   in.can_bus = frame.can_bus;
   in.scene_token = frame.scene_token;
@@ -150,14 +150,18 @@ GoldenReport run_golden(const std::string& dir, const GoldenOptions& options) {
 
   const ModelConfig cfg = load_config(set.config_path);
   log_info("golden: loading ", set.checkpoint_path);
-  std::unique_ptr<BevFormer> model;
-  const Precision precision = parse_precision(options.precision, "golden options");
+  EngineOptions engine_options;
+  engine_options.backend = options.backend;
+  engine_options.backend_options = {options.threads, parse_precision(options.precision, "golden options"), 0};
+  engine_options.replay = !options.eager;
+  require_backend(engine_options.backend, engine_options.backend_options);
   report.precision = options.precision;
-  std::unique_ptr<Backend> backend = make_cpu_backend(options.threads, precision);
+  std::unique_ptr<Engine> engine;
   {
     const Checkpoint checkpoint = load_checkpoint(set.checkpoint_path);
-    model = std::make_unique<BevFormer>(cfg, checkpoint, *backend, /*replay=*/!options.eager);
+    engine = Engine::create(cfg, checkpoint, engine_options);
   }
+  report.backend = engine->backend_info().summary();
   if (!options.dump_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options.dump_dir, ec);
@@ -179,7 +183,7 @@ GoldenReport run_golden(const std::string& dir, const GoldenOptions& options) {
 
     Taps taps;
     const auto t0 = std::chrono::steady_clock::now();
-    const FrameOutput out = model->forward(frame_input(frame), &taps);
+    const FrameOutput out = engine->runner().forward(frame_input(frame), {.taps = &taps});
     fr.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     fr.used_history = out.used_history;
 
@@ -257,6 +261,7 @@ std::string format_golden_report(const GoldenReport& r) {
   appendf(out, "  checkpoint  %s\n", r.checkpoint_path.c_str());
   appendf(out, "  frames      %zu of %zu, tolerance relative L2 <= %.1e (integer tensors exact)\n", r.frames.size(),
           r.frames_in_set, r.tolerance);
+  appendf(out, "  backend     %s\n", r.backend.c_str());
   appendf(out, "  precision   %s%s\n", r.precision.c_str(),
           r.precision == "bf16" ? " (convolutions and matmuls in bf16; golden is float32)" : "");
   size_t name_w = 10, shape_w = 5;

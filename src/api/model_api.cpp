@@ -8,7 +8,6 @@
 #include <mutex>
 #include <set>
 
-#include "backend/backend.h"
 #include "bevformer/error.h"
 #include "core/log.h"
 #include "io/checkpoint.h"
@@ -19,21 +18,15 @@
 #include "model/bevformer.h"
 #include "model/synthetic.h"
 #include "render/render.h"
-#include "runtime/prepare.h"
-#include "runtime/streams.h"
+#include "runtime/engine.h"
 
 namespace bev {
 
 struct Model::Impl {
-  ModelConfig cfg;
   bool untrained = false;
   std::string weights_name;
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<BevFormer> model;
-  std::unique_ptr<StreamRegistry> streams;
-  std::unique_ptr<ThreadPool> prepare_pool;  // image decoding and preprocessing
-  std::mutex prepare_pool_mu;                // the pool takes one caller at a time
-  uint64_t weight_bytes = 0;                 // the checkpoint's tensors
+  std::unique_ptr<Engine> engine;
+  uint64_t weight_bytes = 0;  // the checkpoint's tensors
 };
 
 namespace {
@@ -89,19 +82,22 @@ std::string safe_file_part(const std::string& s) {
 }  // namespace
 
 std::string nuscenes_results_json(const std::vector<Detections>& frames) {
-  nlohmann::json doc = NuscResults().to_json();  // the meta block, and an empty results object
+  // Each frame's array is JSON text already: the document is assembled, not parsed again.
+  nlohmann::json meta = NuscResults().to_json()["meta"];
+  std::string out = "{\"meta\": " + meta.dump() + ", \"results\": {";
+  std::set<std::string> seen;
   for (const Detections& d : frames) {
     if (d.nuscenes_json.empty()) {
       throw Error(ErrorKind::kInvalidInput, "frame of stream '" + d.stream + "' at t=" + std::to_string(d.timestamp) +
                                                 " has no sample token or no ego pose")
           .expected("\"token\" and \"T_world_from_ego\" in the frame (convert-info writes both)");
     }
-    if (doc["results"].contains(d.sample_token)) {
+    if (!seen.insert(d.sample_token).second) {
       throw Error(ErrorKind::kInvalidInput, "sample token '" + d.sample_token + "' appears twice");
     }
-    doc["results"][d.sample_token] = nlohmann::json::parse(d.nuscenes_json);
+    out += (seen.size() > 1 ? ", " : "") + nlohmann::json(d.sample_token).dump() + ": " + d.nuscenes_json;
   }
-  return doc.dump();
+  return out + "}}";
 }
 
 size_t write_random_weights(const std::string& config, uint64_t seed, const std::string& path) {
@@ -116,12 +112,19 @@ Model::~Model() = default;
 std::unique_ptr<Model> Model::load(const std::string& config, const std::string& weights, const Knobs& knobs) {
   std::unique_ptr<Model> m(new Model());
   Impl& s = *m->impl_;
-  s.cfg = load_config(config);
+  const ModelConfig cfg = load_config(config);
   const auto t0 = std::chrono::steady_clock::now();
+  EngineOptions options;
+  options.backend = knobs.backend;
+  options.backend_options = {knobs.threads, parse_precision(knobs.precision, "knobs"), knobs.device};
+  options.replay = knobs.replay;
+  options.pipelined = knobs.pipeline;
+  options.streams = StreamLimits{knobs.max_streams, knobs.stream_ttl_seconds, knobs.max_gap_seconds};
+  require_backend(options.backend, options.backend_options);
   Checkpoint ck;
   if (weights.empty()) {
     log_info("model: no weights given: seeded random weights (seed ", knobs.seed, "), UNTRAINED: detections are meaningless");
-    ck = random_checkpoint(s.cfg, knobs.seed);
+    ck = random_checkpoint(cfg, knobs.seed);
     s.untrained = true;
     s.weights_name = "random (seed " + std::to_string(knobs.seed) + ")";
   } else {
@@ -129,13 +132,10 @@ std::unique_ptr<Model> Model::load(const std::string& config, const std::string&
     ck = load_checkpoint(weights);
     s.weights_name = weights;
   }
-  s.backend = make_cpu_backend(knobs.threads, parse_precision(knobs.precision, "knobs"));
-  s.model = std::make_unique<BevFormer>(s.cfg, ck, *s.backend, knobs.replay, knobs.pipeline);
+  s.engine = Engine::create(cfg, ck, options);
   for (const auto& [name, t] : ck.tensors()) s.weight_bytes += t.nbytes();
-  s.streams = std::make_unique<StreamRegistry>(StreamLimits{knobs.max_streams, knobs.stream_ttl_seconds, knobs.max_gap_seconds});
-  s.prepare_pool = std::make_unique<ThreadPool>(knobs.threads);
-  log_info("model: ", s.cfg.name, " ready in ",
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), " s");
+  log_info("model: ", cfg.name, " ready in ", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+           " s on ", s.engine->backend_info().summary());
   return m;
 }
 
@@ -187,130 +187,122 @@ void attach_images(FrameSpec& spec, const AttachedImages& images, const std::str
 Detections Model::detect_text(const std::string& text, const std::string& base_dir, const std::string& where,
                               const DetectOptions& options, const AttachedImages* images) {
   Impl& s = *impl_;
+  Engine& engine = *s.engine;
+  const ModelConfig& cfg = engine.config();
   const auto t0 = std::chrono::steady_clock::now();
   FrameSpec spec = parse_frame_json(text, where);
   if (images) attach_images(spec, *images, where);
-  PreparedFrame frame;
-  {
-    // ThreadPool::parallel_for is not for concurrent callers (frames of several streams at once
-    // deadlock it): a frame that finds the pool taken decodes its images on its own thread, so
-    // concurrent frames still overlap their preparation.
-    std::unique_lock pool_lock(s.prepare_pool_mu, std::try_to_lock);
-    frame = prepare_frame(spec, s.cfg, base_dir, pool_lock.owns_lock() ? s.prepare_pool.get() : nullptr);
-  }
-  const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-  };
+  const double parse_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  DetectRequest request;
+  request.taps = !options.dump_dir.empty();
+  request.keep_images = !options.render_png.empty();
+  FrameResult r = engine.detect(spec, base_dir, request);
+  const auto t_output = std::chrono::steady_clock::now();
 
   Detections d;
-  d.prepare_seconds = seconds_since(t0);
-  d.stream = frame.stream;
-  d.timestamp = frame.timestamp;
-  d.scene = frame.input.scene_token;
+  d.stream = r.stream;
+  d.timestamp = r.timestamp;
+  d.scene = r.scene.empty() ? r.stream : r.scene;
   d.untrained = s.untrained;
-  FrameOutput out;
-  int64_t frame_index = 0;
-  Taps taps;
-  {
-    StreamRegistry::Lease lease = s.streams->acquire(frame.stream);
-    d.history_reset = lease.begin_frame(frame.timestamp);
-    if (!d.history_reset.empty()) log_info("stream ", frame.stream, ": history dropped: ", d.history_reset);
-    for (const StreamInfo& info : s.streams->list()) {
-      if (info.id == frame.stream) frame_index = static_cast<int64_t>(info.frames);
-    }
-    out = s.model->forward(frame.input, lease.history(), options.dump_dir.empty() ? nullptr : &taps);
-    lease.end_frame(frame.timestamp);
-  }
-  const auto t_output = std::chrono::steady_clock::now();
-  d.geometry_seconds = out.geometry_seconds;
-  d.image_seconds = out.image_seconds;
-  d.bev_seconds = out.bev_seconds;
-  d.used_history = out.used_history;
-  for (const Detection& det : out.detections) d.boxes.push_back(to_box(det, s.cfg.class_names));
+  d.used_history = r.used_history;
+  d.history_reset = r.history_reset;
+  d.frame_index = r.frame_index;
+  d.prepare_seconds = parse_seconds + r.prepare_seconds;
+  d.geometry_seconds = r.geometry_seconds;
+  d.image_seconds = r.image_seconds;
+  d.bev_seconds = r.bev_seconds;
+  for (const Detection& det : r.detections) d.boxes.push_back(to_box(det, cfg.class_names));
 
-  std::optional<FramePoses> poses;
-  if (frame.T_world_from_ego) poses = FramePoses{*frame.T_world_from_ego, frame.T_ego_from_lidar};
+  // The document is built once, as an object, and written as text once.
   DetectionsMeta meta;
-  meta.stream = frame.stream;
-  meta.timestamp = frame.timestamp;
-  meta.frame_index = frame_index;
-  meta.model = s.cfg.name + ", weights " + s.weights_name;
+  meta.stream = r.stream;
+  meta.timestamp = r.timestamp;
+  meta.frame_index = r.frame_index;
+  meta.model = cfg.name + ", weights " + s.weights_name;
   meta.untrained = s.untrained;
-  meta.sample_token = spec.token;
-  nlohmann::json j = detections_to_json(out.detections, s.cfg.class_names, poses, meta);
-  j["used_history"] = out.used_history;
-  if (!d.history_reset.empty()) j["history_reset"] = d.history_reset;
+  meta.sample_token = r.token;
+  nlohmann::json j = detections_to_json(r.detections, cfg.class_names, r.poses, meta);
+  j["used_history"] = r.used_history;
+  if (!r.history_reset.empty()) j["history_reset"] = r.history_reset;
   d.json = j.dump(1);
-  if (spec.token && poses) {
+  if (r.token && r.poses) {
+    nlohmann::json boxes = nlohmann::json::array();
     NuscResults nusc;
-    nusc.add_sample(*spec.token, out.detections, s.cfg.class_names, *poses);
-    d.sample_token = *spec.token;
-    d.nuscenes_json = nusc.to_json()["results"][*spec.token].dump();
+    nusc.add_sample(*r.token, r.detections, cfg.class_names, *r.poses);
+    for (const NuscBox& b : nusc.sample(*r.token)) boxes.push_back(to_json(b));
+    d.sample_token = *r.token;
+    d.nuscenes_json = boxes.dump();
   }
-  d.output_seconds = out.decode_seconds + seconds_since(t_output);
+  d.output_seconds = r.decode_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_output).count();
 
   if (!options.dump_dir.empty()) {
     std::filesystem::create_directories(options.dump_dir);
-    const std::string path = options.dump_dir + "/" + safe_file_part(frame.stream) + "_" + std::to_string(frame_index) +
-                             ".safetensors";
-    write_safetensors(path, taps.all());
-    log_info("dump: ", taps.all().size(), " tensors to ", path);
+    const std::string path =
+        options.dump_dir + "/" + safe_file_part(r.stream) + "_" + std::to_string(r.frame_index) + ".safetensors";
+    write_safetensors(path, r.taps.all());
+    log_info("dump: ", r.taps.all().size(), " tensors to ", path);
   }
   if (!options.render_png.empty()) {
-    RenderInput r;
-    for (size_t i = 0; i < frame.images.size(); ++i) {
-      r.cameras.push_back({frame.camera_names[i], frame.images[i], frame.lidar2img_original[i]});
-    }
-    r.detections = out.detections;
-    r.class_names = s.cfg.class_names;
+    RenderInput ri;
+    for (size_t i = 0; i < r.images.size(); ++i) ri.cameras.push_back({r.camera_names[i], r.images[i], r.lidar2img[i]});
+    ri.detections = r.detections;
+    ri.class_names = cfg.class_names;
     if (!options.ground_truth_info.empty()) {
-      r.ground_truth = info_ground_truth_at(options.ground_truth_info, frame.timestamp, s.cfg.class_names);
+      ri.ground_truth = info_ground_truth_at(options.ground_truth_info, r.timestamp, cfg.class_names);
     }
-    r.stream = frame.stream;
-    r.timestamp = frame.timestamp;
-    r.frame_index = frame_index;
-    r.model = s.cfg.name;
-    r.untrained = s.untrained;
-    render_frame_to_file(r, options.render_png);
+    ri.stream = r.stream;
+    ri.timestamp = r.timestamp;
+    ri.frame_index = r.frame_index;
+    ri.model = cfg.name;
+    ri.untrained = s.untrained;
+    render_frame_to_file(ri, options.render_png);
     log_info("render: ", options.render_png);
   }
-  d.seconds = seconds_since(t0);
+  d.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return d;
 }
 
 std::vector<StreamStatus> Model::streams() const {
   std::vector<StreamStatus> out;
-  for (const StreamInfo& i : impl_->streams->list()) {
+  for (const StreamInfo& i : impl_->engine->streams().list()) {
     out.push_back({i.id, i.frames, i.last_timestamp, i.idle_seconds, i.has_history, i.busy});
   }
   return out;
 }
 
-bool Model::drop_stream(const std::string& id) { return impl_->streams->drop(id); }
+bool Model::drop_stream(const std::string& id) { return impl_->engine->streams().drop(id); }
 
 StreamTotals Model::stream_totals() const {
-  const StreamStats st = impl_->streams->stats();
-  return {st.active, st.created, st.evicted_lru, st.evicted_ttl, st.dropped, st.resets_gap, st.resets_backwards};
+  const StreamStats st = impl_->engine->streams().stats();
+  return {st.active, st.created, st.evicted_lru, st.evicted_ttl, st.dropped, st.resets_gap, st.resets_backwards,
+          st.resets_scene};
 }
 
 bool Model::untrained() const { return impl_->untrained; }
 
+DeviceInfo Model::device_info() const {
+  const BackendInfo b = impl_->engine->backend_info();
+  return {b.backend, b.device, b.isa, b.threads, b.precision};
+}
+
 std::string Model::describe() {
   Impl& s = *impl_;
-  std::string plans = s.model->describe();
-  if (plans.empty()) {
-    for (int k = 0; k < 2; ++k) s.model->forward(synthetic_frame(s.cfg, 1, k));
-    s.model->reset_history();
-    plans = s.model->describe();
+  StageRunner& runner = s.engine->runner();
+  std::string stages = runner.describe();
+  if (stages.empty()) {
+    for (int k = 0; k < 2; ++k) runner.forward(synthetic_frame(s.engine->config(), 1, k));
+    runner.reset_history();
+    stages = runner.describe();
   }
   char head[256];
   std::snprintf(head, sizeof head, "weights: %.1f MiB (%s)\n", static_cast<double>(s.weight_bytes) / (1 << 20),
                 s.weights_name.c_str());
-  return config_summary() + "\n" + head + plans;
+  return config_summary() + "\n" + "backend: " + s.engine->backend_info().summary() + " (" +
+         s.engine->backend_info().precision + ")\n" + head + stages;
 }
 
-std::string Model::config_summary() const { return bev::config_summary(impl_->cfg); }
+std::string Model::config_summary() const { return bev::config_summary(impl_->engine->config()); }
 
-std::vector<std::string> Model::class_names() const { return impl_->cfg.class_names; }
+std::vector<std::string> Model::class_names() const { return impl_->engine->config().class_names; }
 
 }  // namespace bev

@@ -5,17 +5,15 @@
 #include <fstream>
 #include <memory>
 
-#include "backend/backend.h"
-#include "backend/cpu/onednn.h"
 #include "bevformer/error.h"
 #include "bevformer/profile.h"
 #include "core/log.h"
 #include "io/checkpoint.h"
-#include "model/bevformer.h"
 #include "model/config.h"
 #include "model/synthetic.h"
 #include "profile/profiler.h"
 #include "profile/report.h"
+#include "runtime/engine.h"
 
 namespace bev {
 namespace {
@@ -67,17 +65,25 @@ ProfileReport run_profile(const ProfileOptions& o) {
     return o.weights.empty() ? random_checkpoint(cfg, o.seed) : load_checkpoint(o.weights);
   };
 
-  const std::unique_ptr<Backend> cpu = make_cpu_backend(o.threads, precision);
-  ProfilingBackend backend(*cpu);
-  std::unique_ptr<BevFormer> model_owner;
+  EngineOptions engine_options;
+  engine_options.backend = o.backend;
+  engine_options.backend_options = {o.threads, precision, 0};
+  engine_options.profiling = true;
+  require_backend(engine_options.backend, engine_options.backend_options);
+  std::unique_ptr<Engine> engine;
   {
     const Checkpoint ck = checkpoint();
     for (const auto& [name, t] : ck.tensors()) report.memory.weight_bytes += t.nbytes();
-    model_owner = std::make_unique<BevFormer>(cfg, ck, backend, /*replay=*/true);
+    engine = Engine::create(cfg, ck, engine_options);
   }
-  BevFormer& model = *model_owner;
-  report.threads = cpu::num_threads();
-  report.device = std::string(cpu->name()) + ", " + std::to_string(report.threads) + " threads, " + cpu::isa_name();
+  StageRunner& model = engine->runner();
+  ProfilingBackend& backend = *engine->profiling();
+  const BackendInfo info = engine->backend_info();
+  report.threads = info.threads;
+  report.backend = info.backend;
+  report.cpu = info.device;
+  report.isa = info.isa;
+  report.device = info.summary();
 
   // Warm-up: the first frame records the image plan and the first-frame bev plan, the second the
   // bev plan with history; later ones replay both. All on the same synthetic drive.
@@ -126,7 +132,7 @@ ProfileReport run_profile(const ProfileOptions& o) {
     log_info("profile: round ", k + 1, " of ", o.rounds);
   }
 
-  for (const BevFormer::PlanInfo& p : model.plan_info()) {
+  for (const StageRunner::StageInfo& p : model.stage_info()) {
     report.memory.plans.push_back({p.name, p.ops, p.buffers, p.arena_bytes, p.no_reuse_bytes});
     report.memory.arena_bytes += p.arena_bytes;
   }
@@ -135,13 +141,13 @@ ProfileReport run_profile(const ProfileOptions& o) {
 
   // The peaks, after the memory report: the bandwidth test's buffers would raise the peak RSS.
   log_info("profile: measuring this machine's peaks");
-  report.peak_gflops = cpu::measure_peak_gflops(precision);
+  report.peak_gflops = backend.measure_peak_gflops();
   report.peak_gbps = measure_copy_bandwidth_gbps(report.threads);
 
   if (o.eager) {
-    // A second model, eager, on the same backend: one warm-up frame, then a frame with history
-    // whose every op runs as it is built, with its stage on it.
-    BevFormer eager(cfg, checkpoint(), backend, /*replay=*/false);
+    // A second runner, eager, of the same model on the same backend: one warm-up frame, then a
+    // frame with history whose every op runs as it is built, with its stage on it.
+    StageRunner eager(engine->model(), backend, /*replay=*/false);
     eager.forward(synthetic_frame(cfg, o.seed, 0));
     const FrameInput frame = synthetic_frame(cfg, o.seed, 1);
     backend.attach(&profiler);
@@ -171,6 +177,8 @@ ProfileReport run_profile(const ProfileOptions& o) {
     const std::filesystem::path dir(o.out_dir);
     const nlohmann::json meta = {{"config", report.config},       {"weights", report.weights},
                                  {"precision", report.precision}, {"device", report.device},
+                                 {"backend", report.backend},     {"cpu", report.cpu},
+                                 {"isa", report.isa},
                                  {"rounds", report.rounds},       {"peak_gflops", report.peak_gflops},
                                  {"peak_gbps", report.peak_gbps}};
     // The list of files is complete before summary.json is written, so it can name itself.

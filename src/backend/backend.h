@@ -1,15 +1,50 @@
-// A backend turns OpNodes into computation on one device. prepare() runs once per weighted op at
-// model load (weight packing, primitive creation); run() executes a node on its tensors and must
-// be callable again on the same node (replay) with the same result.
+// A backend owns memory and execution on one device (as ggml's backends and ncnn's upload_model
+// do): it allocates every tensor the engine computes (arenas, op outputs, histories), uploads the
+// weights and constants, writes per-frame inputs from the host and reads results back, copies on
+// the device, and runs ops, one at a time or a whole recorded stage (so a device backend may
+// capture a stage as one graph). The runtime and the model never touch backend memory
+// themselves; the foreign test backend (backend/foreign) proves it.
+//
+// prepare() runs once per weighted op at model load (weight packing, primitive creation); run()
+// executes a node on its tensors and must be callable again on the same node with the same
+// result.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "backend/op.h"
 
 namespace bev {
 
-class ThreadPool;
+class RecordedStage;
+
+// Where one op ran, as its backend measured it: steady-clock ns (CPU: the host clock around the
+// op; a device backend: its events, placed on the host clock).
+struct OpTime {
+  int64_t start_ns = 0;
+  int64_t duration_ns = 0;
+};
+
+// For one execution, a bindable tensor of a recorded stage (RecordedStage::is_bindable) reads and
+// writes `target` instead of its own memory: a stream's history in place of the stage's copy.
+struct StageBinding {
+  Tensor slot;
+  Tensor target;
+};
+
+// What a backend runs on, as `describe`, bench JSON, profiles and /v1/model report it.
+struct BackendInfo {
+  std::string backend;    // "cpu", "foreign", "cuda"
+  std::string device;     // "Intel(R) Xeon(R) Processor", "NVIDIA H200"
+  std::string isa;        // "avx512_core_bf16", "sm_90"
+  int threads = 0;        // host threads running the kernels
+  std::string precision;  // "f32" | "bf16"
+  std::string summary() const;  // "cpu: Intel(R) Xeon(R) Processor, avx512_core_bf16, 2 threads"
+};
 
 class Backend {
  public:
@@ -17,10 +52,29 @@ class Backend {
   virtual const char* name() const = 0;
   virtual Device device() const = 0;
   virtual Precision precision() const = 0;
+  virtual BackendInfo info() const = 0;
 
-  // State for conv2d, deform_conv2d and linear: `weight` in PyTorch layout (OIHW or [out, in]),
-  // `bias` optional. The returned object is immutable and shared by every node that uses it.
-  // bottleneck: `weight` is undefined, the members are in BottleneckAttrs.
+  // ---- memory ----
+  // Uninitialized memory of this backend.
+  virtual std::shared_ptr<Storage> allocate(size_t bytes) = 0;
+  Tensor empty(const Shape& shape, DType dtype);
+  // A host tensor copied into new memory of this backend (weights that are not prepared, every
+  // constant an op reads, per-frame inputs of eager runs).
+  Tensor upload(const Tensor& host);
+  // host -> backend: `dst` is a contiguous tensor of this backend with `host_src`'s shape and
+  // dtype; `host_src` is host memory in any layout.
+  virtual void write(const Tensor& dst, const Tensor& host_src) = 0;
+  // backend -> host: a new contiguous host tensor holding `src` (which may be a strided view).
+  virtual Tensor read(const Tensor& src) = 0;
+  // On the device: `dst` (contiguous) = `src`, same shape and dtype.
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+  // Returns when everything issued so far has finished (reads and writes above already have).
+  virtual void synchronize() = 0;
+
+  // ---- ops ----
+  // State for conv2d, deform_conv2d and linear: `weight` (a host tensor, PyTorch layout: OIHW or
+  // [out, in]), `bias` optional. The returned object is immutable and shared by every node that
+  // uses it. bottleneck: `weight` is undefined, the members are in BottleneckAttrs.
   virtual std::shared_ptr<const void> prepare(OpKind kind, const OpAttrs& attrs, const Tensor& weight,
                                               const Tensor* bias) = 0;
   virtual void run(const OpNode& node) = 0;
@@ -29,9 +83,26 @@ class Backend {
   // than conv by conv. Pure, so that a decorator cannot forget to forward it (a model run through
   // a decorator must emit the same ops).
   virtual bool fuses_bottleneck(const Shape& x_nhwc, const BottleneckAttrs& attrs) const = 0;
+
+  // Runs a recorded stage with `bindings` applied for this execution only. With `times` (a
+  // profiled run) one OpTime per node is appended, in node order. The default runs node by node
+  // through run() / run_timed(); a device backend may launch the stage as one graph instead.
+  virtual void execute(const RecordedStage& stage, std::span<const StageBinding> bindings = {},
+                       std::vector<OpTime>* times = nullptr);
+  // Runs one node and says when and how long, as this backend measures it (the profiler's hook).
+  virtual OpTime run_timed(const OpNode& node);
+  // This device's dense matmul rate at the backend's precision, measured now (about a second):
+  // the "% of peak" denominator of bench and profile.
+  virtual double measure_peak_gflops() = 0;
+
+ protected:
+  // The contracts of write and copy, checked the same way by every backend (Error(kInternal)).
+  void check_write(const Tensor& dst, const Tensor& host_src) const;
+  void check_copy(const Tensor& dst, const Tensor& src) const;
 };
 
 // threads <= 0: one per hardware thread. The pool and oneDNN's OpenMP pool are both sized by it.
+// (backend/registry.h makes any backend by name; this is the CPU's own entry.)
 std::unique_ptr<Backend> make_cpu_backend(int threads, Precision precision);
 
 }  // namespace bev

@@ -41,6 +41,15 @@ void expect_same_shape(const char* op, const std::string& label, const Tensor& a
   if (a.shape() != b.shape()) shape_error(op, label, "shapes " + a.describe() + " and " + b.describe() + " differ", "equal shapes");
 }
 
+// Prepared state is the preparing backend's private memory: another backend cannot run it.
+void expect_prepared_by(const char* op, const std::string& label, const PreparedWeights& w, const Backend& backend) {
+  if (w.backend != &backend) {
+    shape_error(op, label, w.backend ? std::string("weights prepared by the ") + w.backend->name() + " backend"
+                                     : std::string("weights never prepared"),
+                std::string("weights prepared by this Ops' backend (") + backend.name() + ")");
+  }
+}
+
 int64_t conv_out(int64_t in, int k, int stride, int pad, int dil) {
   return (in + 2 * pad - dil * (k - 1) - 1) / stride + 1;
 }
@@ -68,11 +77,16 @@ PreparedWeights Ops::prepare(OpKind kind, OpAttrs attrs, const Tensor& weight, c
                   "[" + std::to_string(weight.size(0)) + "]");
     }
   }
+  if (weight.device() != Device::kCpu || (bias && bias->device() != Device::kCpu)) {
+    shape_error(op_name(kind), "", "weight " + weight.describe() + " in " + device_name(weight.device()) + " memory",
+                "host tensors (the checkpoint's); the backend keeps its own prepared copy");
+  }
   PreparedWeights p;
   p.kind = kind;
   p.weight_shape = weight.shape();
   p.state = backend_.prepare(kind, attrs, weight, bias);
   p.attrs = std::move(attrs);
+  p.backend = &backend_;
   return p;
 }
 
@@ -137,43 +151,48 @@ PreparedWeights Ops::prepare_bottleneck(const PreparedWeights& conv1, const Prep
     a.members.push_back(w->state);
     a.weight_shapes.push_back(w->weight_shape);
   }
+  for (const PreparedWeights* w : {&conv1, &conv2, &conv3, downsample}) {
+    if (w && w->backend != &backend_) {
+      shape_error("bottleneck", "", "a member conv prepared by another backend", "convs prepared by this Ops' backend");
+    }
+  }
   PreparedWeights p;
   p.kind = OpKind::bottleneck;
   p.state = backend_.prepare(OpKind::bottleneck, a, Tensor(), nullptr);
   p.attrs = std::move(a);
+  p.backend = &backend_;
   return p;
 }
 
 // ---- plumbing ----
 
 Tensor Ops::output(const Shape& shape, DType dtype) {
-  if (mode_ != Mode::kPlan) return Tensor::empty(shape, dtype);
+  if (mode_ == Mode::kEager) return backend_.empty(shape, dtype);
   const int64_t n = shape_numel(shape);
   return Tensor::view_of(Storage::deferred(static_cast<size_t>(n) * dtype_size(dtype)), dtype, shape,
                          contiguous_strides(shape), 0);
 }
 
 Tensor Ops::emit(OpNode node) {
-  // Kernels read dense rows; a strided view would need a hidden copy (and an allocation in every
-  // replay), so views must be made contiguous by an explicit permute.
-  if (node.kind != OpKind::permute) {
-    for (const Tensor& t : node.inputs) {
-      if (!t.is_contiguous()) {
-        shape_error(op_name(node.kind), node.label, "input " + t.describe() + " is a strided view",
-                    "contiguous inputs (use Ops::permute)");
-      }
+  for (const Tensor& t : node.inputs) {
+    // Kernels read dense rows; a strided view would need a hidden copy (and an allocation in
+    // every replay), so views must be made contiguous by an explicit permute.
+    if (node.kind != OpKind::permute && !t.is_contiguous()) {
+      shape_error(op_name(node.kind), node.label, "input " + t.describe() + " is a strided view",
+                  "contiguous inputs (use Ops::permute)");
+    }
+    // A deferred input is a planned buffer of this recording; anything else must already be the
+    // backend's (constants go through Ops::constant).
+    if (!t.storage()->is_deferred() && t.device() != backend_.device()) {
+      shape_error(op_name(node.kind), node.label, "input " + t.describe() + " is " + device_name(t.device()) + " memory",
+                  std::string("memory of the ") + backend_.name() + " backend (Ops::constant uploads a host tensor)");
     }
   }
   node.stage = stage_;
-  if (mode_ != Mode::kPlan) backend_.run(node);
+  if (mode_ == Mode::kEager) backend_.run(node);
   Tensor out = node.outputs.front();
-  if (mode_ != Mode::kEager) nodes_.push_back(std::move(node));
+  if (mode_ == Mode::kPlan) nodes_.push_back(std::move(node));
   return out;
-}
-
-void Ops::replay() {
-  if (mode_ == Mode::kPlan) throw Error(ErrorKind::kInternal, "Ops::replay of a kPlan recording (build a Plan)");
-  for (const OpNode& n : nodes_) backend_.run(n);
 }
 
 // ---- image ops (NHWC) ----
@@ -200,6 +219,7 @@ Tensor Ops::conv2d_impl(const Tensor& x, const PreparedWeights& w, const Tensor*
     shape_error("conv2d", label, std::string("output dtype ") + dtype_name(out) + " requested",
                 bf16 ? "f32 or bf16" : "f32 (bf16 activations need bf16 precision)");
   }
+  expect_prepared_by("conv2d", label, w, backend_);
   const auto& a = std::get<Conv2dAttrs>(w.attrs);
   const Shape& ws = w.weight_shape;  // O, I/groups, kh, kw
   if (x.size(3) != ws[1] * a.groups) {
@@ -233,6 +253,7 @@ Tensor Ops::bottleneck(const Tensor& x, const PreparedWeights& block, DType out,
   if (block.kind != OpKind::bottleneck || !block.state) {
     shape_error("bottleneck", label, std::string("weights of a ") + op_name(block.kind), "Ops::prepare_bottleneck's");
   }
+  expect_prepared_by("bottleneck", label, block, backend_);
   const auto& a = std::get<BottleneckAttrs>(block.attrs);
   const bool bf16 = backend_.precision() == Precision::kBF16;
   for (DType d : {x.dtype(), out}) {
@@ -255,6 +276,7 @@ Tensor Ops::bottleneck(const Tensor& x, const PreparedWeights& block, DType out,
 Tensor Ops::deform_conv2d(const Tensor& x, const Tensor& offset_mask, const PreparedWeights& w, std::string label) {
   expect_rank("deform_conv2d", label, "input", x, 4);
   expect_rank("deform_conv2d", label, "offset_mask", offset_mask, 4);
+  expect_prepared_by("deform_conv2d", label, w, backend_);
   const auto& a = std::get<DeformConv2dAttrs>(w.attrs);
   const Shape& ws = w.weight_shape;
   if (x.size(3) != ws[1]) {
@@ -291,6 +313,7 @@ Tensor Ops::upsample_nearest_add(const Tensor& coarse, const Tensor& fine, std::
 // ---- dense ops ----
 
 Tensor Ops::linear(const Tensor& x, const PreparedWeights& w, std::string label) {
+  expect_prepared_by("linear", label, w, backend_);
   const int64_t in = w.weight_shape[1], out_features = w.weight_shape[0];
   if (x.dim() < 1 || x.size(-1) != in) {
     shape_error("linear", label, "input " + x.describe() + " for weight " + shape_str(w.weight_shape),

@@ -1,8 +1,9 @@
 // Ops: what model code calls. Tensor handles in, tensor handles out; shapes are checked and
-// output shapes inferred here, once, for every backend. In eager mode each call runs at once; in
-// record mode the calls are kept as OpNodes (still executed once, so values flow) and replay()
-// runs the same nodes again on the same buffers: per-frame inputs are written into the recorded
-// input tensors in place, so a recorded stage replays without allocating or deciding anything.
+// output shapes inferred here, once, for every backend. In eager mode each call runs at once on
+// memory the backend allocates. In plan mode the calls are only kept as OpNodes, their outputs
+// deferred (sized, without memory): a RecordedStage then places them in one arena and the
+// backend executes the stage every frame on the same memory, with the frame's inputs written
+// into the recorded input tensors through the backend.
 #pragma once
 
 #include <string>
@@ -20,14 +21,15 @@ struct PreparedWeights {
   OpAttrs attrs;
   Shape weight_shape;  // OIHW or [out, in]
   std::shared_ptr<const void> state;
+  const Backend* backend = nullptr;  // the backend that prepared `state`; only it may run it
 };
 
 class Ops {
  public:
-  // kRecord runs each op and keeps it. kPlan keeps the ops without running them: outputs get
-  // deferred storage (no memory), which a Plan then places in its arena, so recording a stage
-  // never holds every intermediate at once; the Plan's first replay computes the values.
-  enum class Mode { kEager, kRecord, kPlan };
+  // kPlan keeps the ops without running them: outputs get deferred storage (no memory), which a
+  // RecordedStage then places in its arena, so recording a stage never holds every intermediate
+  // at once; the stage's first execution computes the values.
+  enum class Mode { kEager, kPlan };
 
   explicit Ops(Backend& backend, Mode mode = Mode::kEager) : backend_(backend), mode_(mode) {}
 
@@ -37,6 +39,10 @@ class Ops {
   // The stage signpost (DESIGN §3) stamped on every following op, e.g. "enc0.tsa".
   void set_stage(std::string stage) { stage_ = std::move(stage); }
   const std::string& stage() const { return stage_; }
+
+  // A host tensor as a backend tensor an op may read (every constant the model uses: layer-norm
+  // weights, embeddings, queries, scalars).
+  Tensor constant(const Tensor& host) { return backend_.upload(host); }
 
   PreparedWeights prepare_conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs& attrs);
   PreparedWeights prepare_deform_conv2d(const Tensor& weight_oihw, const Tensor* bias,
@@ -114,10 +120,8 @@ class Ops {
   Tensor permute(const Tensor& x, const std::vector<int64_t>& order, std::string label = {});  // contiguous copy
 
   const std::vector<OpNode>& nodes() const { return nodes_; }
-  // Hands the recorded nodes over (to a Plan) and starts a new recording.
+  // Hands the recorded nodes over (to a RecordedStage) and starts a new recording.
   std::vector<OpNode> take_nodes() { return std::exchange(nodes_, {}); }
-  // Runs every recorded node again, in order, on the recorded tensors.
-  void replay();
 
  private:
   Tensor output(const Shape& shape, DType dtype = DType::kF32);

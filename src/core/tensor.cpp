@@ -10,7 +10,14 @@
 
 namespace bev {
 
-const char* device_name(Device d) { return d == Device::kCpu ? "cpu" : "cuda"; }
+const char* device_name(Device d) {
+  switch (d) {
+    case Device::kCpu: return "cpu";
+    case Device::kCuda: return "cuda";
+    case Device::kForeign: return "foreign";
+  }
+  return "?";
+}
 
 std::string shape_str(const Shape& shape) {
   std::string s = "[";
@@ -63,13 +70,46 @@ std::shared_ptr<Storage> Storage::deferred(size_t bytes) {
   return s;
 }
 
-void Storage::materialize() {
+std::shared_ptr<Storage> Storage::slice(std::shared_ptr<Storage> parent, size_t offset, size_t bytes) {
+  if (!parent || parent->deferred_ || offset > parent->bytes_ || bytes > parent->bytes_ - offset) {
+    throw Error(ErrorKind::kInternal, "slice [" + std::to_string(offset) + ", +" + std::to_string(bytes) +
+                                          ") of a storage of " + std::to_string(parent ? parent->bytes_ : 0) + " bytes");
+  }
+  auto s = std::shared_ptr<Storage>(new Storage());
+  // Address arithmetic only: the parent may be device memory.
+  s->data_ = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(parent->data_) + offset);
+  s->bytes_ = bytes;
+  s->device_ = parent->device_;
+  s->owner_ = std::move(parent);
+  return s;
+}
+
+void Storage::place(std::shared_ptr<Storage> memory) {
   if (!deferred_) return;
-  const std::shared_ptr<Storage> owned = allocate(bytes_);
-  data_ = owned->data_;
-  deleter_ = std::move(owned->deleter_);
-  owned->data_ = nullptr;  // this storage frees it now
+  if (!memory || memory->deferred_ || memory->bytes_ < bytes_) {
+    throw Error(ErrorKind::kInternal, "placing a buffer of " + std::to_string(bytes_) + " bytes in " +
+                                          std::to_string(memory ? memory->bytes_ : 0));
+  }
+  data_ = memory->data_;
+  device_ = memory->device_;
+  owner_ = std::move(memory);
   deferred_ = false;
+}
+
+void Storage::bind_to(const Storage& target, size_t byte_offset) {
+  if (deferred_ || unbound_data_ || target.deferred_ || target.device_ != device_ || byte_offset > target.bytes_ ||
+      target.bytes_ - byte_offset < bytes_) {
+    throw Error(ErrorKind::kInternal, "binding a buffer of " + std::to_string(bytes_) + " bytes to " +
+                                          std::to_string(target.bytes_) + " bytes at offset " + std::to_string(byte_offset));
+  }
+  unbound_data_ = data_;
+  data_ = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(target.data_) + byte_offset);
+}
+
+void Storage::unbind() {
+  if (!unbound_data_) return;
+  data_ = unbound_data_;
+  unbound_data_ = nullptr;
 }
 
 std::shared_ptr<Storage> Storage::borrow(void* data, size_t bytes, std::shared_ptr<const void> owner,
@@ -93,6 +133,7 @@ std::shared_ptr<Storage> Storage::adopt(void* data, size_t bytes, Device device,
 }
 
 Storage::~Storage() {
+  unbind();
   if (deleter_ && data_) deleter_(data_);
 }
 
@@ -183,13 +224,24 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
-void* Tensor::raw_data() const {
+void* Tensor::device_ptr() const {
   if (!storage_) throw Error(ErrorKind::kInternal, "data of an undefined tensor");
   if (storage_->is_deferred()) {
     throw Error(ErrorKind::kInternal, "data of " + describe() + ", a planned buffer that has no memory yet")
-        .hint("a stage recorded with Ops::Mode::kPlan computes nothing until its Plan replays it");
+        .hint("a stage recorded with Ops::Mode::kPlan computes nothing until a backend executes it");
   }
-  return static_cast<uint8_t*>(storage_->data()) + offset_ * static_cast<int64_t>(dtype_size(dtype_));
+  return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(storage_->data()) +
+                                 static_cast<uintptr_t>(offset_) * dtype_size(dtype_));
+}
+
+void* Tensor::raw_data() const {
+  void* p = device_ptr();
+  if (storage_->device() != Device::kCpu) {
+    throw Error(ErrorKind::kInternal, "host access to " + describe() + ", which lives in " +
+                                          device_name(storage_->device()) + " memory")
+        .hint("backend memory is read and written through Backend::read / Backend::write");
+  }
+  return p;
 }
 
 std::span<const uint8_t> Tensor::bytes() const {
@@ -341,7 +393,6 @@ Tensor Tensor::contiguous() const {
 }
 
 Tensor Tensor::clone() const {
-  if (device() != Device::kCpu) throw Error(ErrorKind::kUnsupported, "clone of a device tensor on the host");
   Tensor out = empty(shape_, dtype_);
   auto* dst = static_cast<uint8_t*>(out.raw_data());
   const size_t es = dtype_size(dtype_);
@@ -358,7 +409,6 @@ Tensor Tensor::clone() const {
 
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return contiguous();
-  if (device() != Device::kCpu) throw Error(ErrorKind::kUnsupported, "dtype conversion of a device tensor");
   Tensor src = contiguous();
   Tensor out = empty(shape_, dtype);
   const auto* s = static_cast<const uint8_t*>(src.raw_data());

@@ -1,6 +1,9 @@
 // Tensor: a strided view (shape, strides in elements, element offset) into a shared Storage.
 // Storage is either owned (64-byte aligned heap memory), borrowed from a longer-lived owner (a
-// memory-mapped checkpoint), or device memory allocated by a backend; the device tag says which.
+// memory-mapped checkpoint, a backend's arena), or memory a backend allocated; the device tag
+// says which memory space it is. Only kCpu memory is the host's to read and write: the host
+// accessors (raw_data, data<T>, bytes, clone, to) refuse any other, and backends reach theirs
+// through device_ptr().
 #pragma once
 
 #include <cstddef>
@@ -18,7 +21,9 @@
 
 namespace bev {
 
-enum class Device : uint8_t { kCpu, kCuda };
+// kCpu: host memory. kCuda: a CUDA device's. kForeign: host memory that only the foreign test
+// backend may touch (backend/foreign), so that a host access the runtime should not make fails.
+enum class Device : uint8_t { kCpu, kCuda, kForeign };
 const char* device_name(Device d);
 
 // Extents (or strides) of a tensor, inline up to rank 8: copying a tensor or making a view never
@@ -40,9 +45,12 @@ class Storage {
   // Memory released by `deleter` (backends use this for device allocations).
   static std::shared_ptr<Storage> adopt(void* data, size_t bytes, Device device,
                                         std::function<void(void*)> deleter);
-  // A host buffer whose size is known but whose memory comes later (a planned stage's
-  // intermediates: the plan places them in its arena, or materialize() allocates them). Reading
-  // its data before then is an internal error.
+  // bytes [offset, offset + bytes) of `parent`, on its device, keeping it alive (a recorded
+  // stage's buffers in its arena).
+  static std::shared_ptr<Storage> slice(std::shared_ptr<Storage> parent, size_t offset, size_t bytes);
+  // A buffer whose size is known but whose memory comes later (a recorded stage's
+  // intermediates: the stage places them in its arena, or in backend memory of their own).
+  // Reading its data before then is an internal error.
   static std::shared_ptr<Storage> deferred(size_t bytes);
 
   Storage(const Storage&) = delete;
@@ -53,13 +61,20 @@ class Storage {
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
   bool is_deferred() const { return deferred_; }
-  // Gives a deferred storage its own memory (uninitialized); a no-op for any other storage.
-  void materialize();
+  // Gives a deferred storage the memory of `memory` (at least as many bytes, any device), which
+  // it keeps alive; a no-op for any other storage.
+  void place(std::shared_ptr<Storage> memory);
+  // An execution's binding (Backend::execute): until unbind(), this storage addresses `target`'s
+  // memory from `byte_offset` on. Only a backend does this, to a storage of its own, while it runs
+  // the stage that holds it.
+  void bind_to(const Storage& target, size_t byte_offset);
+  void unbind();
 
  private:
   Storage() = default;
   bool deferred_ = false;
   void* data_ = nullptr;
+  void* unbound_data_ = nullptr;  // data_ while bound elsewhere
   size_t bytes_ = 0;
   Device device_ = Device::kCpu;
   std::shared_ptr<const void> owner_;
@@ -70,7 +85,7 @@ class Tensor {
  public:
   Tensor() = default;  // undefined tensor: defined() is false
 
-  // New contiguous host tensor, uninitialized.
+  // New contiguous host tensor, uninitialized (backend memory comes from Backend::empty).
   static Tensor empty(const Shape& shape, DType dtype);
   static Tensor zeros(const Shape& shape, DType dtype);
   // A view of `storage`; checks that every addressed element lies inside it.
@@ -92,14 +107,18 @@ class Tensor {
   bool is_contiguous() const;
   const std::shared_ptr<Storage>& storage() const { return storage_; }
 
-  // Pointer to the first element; typed access checks the dtype.
+  // Pointer to the first element, for the host: throws Error(kInternal) unless the memory is the
+  // host's (Device::kCpu). Typed access checks the dtype too.
   void* raw_data() const;
   template <typename T>
   T* data() const {
     check_dtype(dtype_of<T>());
     return static_cast<T*>(raw_data());
   }
-  // Raw bytes of a contiguous tensor (throws if it is not contiguous).
+  // The first element's address in the tensor's own memory space, never dereferenced on the host
+  // unless device() is kCpu: what a backend hands its kernels.
+  void* device_ptr() const;
+  // Raw bytes of a contiguous host tensor (throws if it is not contiguous).
   std::span<const uint8_t> bytes() const;
 
   // Views (no copy).

@@ -7,9 +7,6 @@
 // box's heading (the direction its length and its front face point, counter-clockwise from +x) is
 // box_heading() = -yaw - pi/2, because training targets were yaw = -yaw_nus - pi/2. The gravity
 // centre is (x, y, z_bottom + h/2).
-//
-// bev::Detection is a plain struct from model/coder.h; bev_io uses only its definition (it does
-// not link bev_model).
 #pragma once
 
 #include <array>
@@ -22,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/coder.h"
+#include "io/detection.h"
 
 namespace bev {
 

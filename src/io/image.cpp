@@ -199,17 +199,11 @@ void preprocess_image_into(const Tensor& bgr, const ImagePreprocess& p, float* o
     cv::resize(f, r, cv::Size(p.resized_width, p.resized_height), 0, 0, cv::INTER_LINEAR);
     f = r;
   }
-  const size_t pw = static_cast<size_t>(p.padded_width);
-  const size_t plane = pw * static_cast<size_t>(p.padded_height);
-  std::fill(out, out + 3 * plane, 0.0f);
+  // OpenCV's interleaved rows are already HWC: each becomes the start of a padded row.
+  const size_t row_floats = 3 * static_cast<size_t>(p.padded_width);
+  std::fill(out, out + row_floats * static_cast<size_t>(p.padded_height), 0.0f);
   for (int y = 0; y < f.rows; ++y) {
-    const float* row = f.ptr<float>(y);
-    float* d = out + static_cast<size_t>(y) * pw;
-    for (int x = 0; x < f.cols; ++x) {
-      d[x] = row[3 * x];
-      d[plane + x] = row[3 * x + 1];
-      d[2 * plane + x] = row[3 * x + 2];
-    }
+    std::memcpy(out + static_cast<size_t>(y) * row_floats, f.ptr<float>(y), sizeof(float) * 3 * static_cast<size_t>(f.cols));
   }
 }
 

@@ -53,7 +53,8 @@ struct ImagePreprocess {
   int padded_width = 0;   // >= resized
   int padded_height = 0;
 };
-// `bgr` u8 [H, W, 3] -> writes f32 [3, padded_height, padded_width] (CHW) to `out`.
+// `bgr` u8 [H, W, 3] -> writes f32 [padded_height, padded_width, 3] (HWC, the backbone's NHWC
+// layout) to `out`.
 void preprocess_image_into(const Tensor& bgr, const ImagePreprocess& p, float* out);
 
 // Encodes a u8 [H, W, 3] BGR tensor; `ext` is ".png" or ".jpg" (quality 95).

@@ -7,8 +7,9 @@
 namespace bev {
 namespace {
 
-// A [1, 1] constant for broadcast multiplies; recorded plans keep it alive through the node.
-Tensor scalar(float v) { return Tensor::from_floats({1, 1}, std::vector<float>{v}); }
+// A [1, 1] constant for broadcast multiplies, in backend memory; recorded stages keep it alive
+// through the node.
+Tensor scalar(Ops& ops, float v) { return ops.constant(Tensor::from_floats({1, 1}, std::vector<float>{v})); }
 
 void require(bool ok, const std::string& what, const std::string& expected) {
   if (!ok) throw Error(ErrorKind::kUnsupported, what).expected(expected);
@@ -62,7 +63,7 @@ Tensor tsa_forward(Ops& ops, const TsaWeights& w, const DeformAttnConfig& cfg, i
   ma.spatial_shapes = la.spatial_shapes;
   for (int64_t q = 0; q < queue; ++q) ma.level_start.push_back(q * hw);
   const Tensor summed = ops.msda(value, loc, weights, ma, label + ".msda").reshape({hw, c});
-  const Tensor mean = ops.mul(summed, scalar(1.0f / static_cast<float>(queue)), label + ".queue_mean");
+  const Tensor mean = ops.mul(summed, scalar(ops, 1.0f / static_cast<float>(queue)), label + ".queue_mean");
   return ops.add(x, ops.linear(mean, w.output_proj, label + ".output_proj"), label);
 }
 

@@ -1,138 +1,104 @@
-// BEVFormer: the weights of a checkpoint bound to a backend, and one frame's forward in the two
-// stages of DESIGN §1 — `image` (backbone, neck, SCA value projections) and `bev` (encoder,
-// decoder, heads, top-k) — with the temporal history (previous BEV, pose) of forward_test.
+// BEVFormer (upstream's BEVFormer.forward_test and its module tree): the weights of a checkpoint
+// prepared on a backend, the two stages of DESIGN §1 as op graphs — `image_stage` (backbone,
+// neck, SCA value projections) and `bev_stage` (encoder, decoder, heads, top-k) — and the
+// host-side geometry forward_test computes around them (check_frame, the rig's camera geometry,
+// the temporal step). It runs nothing by itself and keeps no per-frame state: runtime/
+// records, executes and feeds the stages (StageRunner) and keeps the streams' histories.
 #pragma once
 
 #include <array>
-#include <chrono>
-#include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
+#include "backend/ops.h"
 #include "core/tensor.h"
 #include "io/checkpoint.h"
+#include "model/attention.h"
 #include "model/coder.h"
 #include "model/config.h"
+#include "model/decoder.h"
+#include "model/encoder.h"
+#include "model/fpn.h"
 #include "model/geometry.h"
+#include "model/head.h"
+#include "model/resnet.h"
 #include "model/taps.h"
 
 namespace bev {
 
-// One frame as upstream's forward_test receives it (after the test pipeline).
+// One frame as upstream's forward_test receives it (after the test pipeline), on the host.
 struct FrameInput {
-  Tensor img;  // f32 [N, 3, H_pad, W_pad]: normalized, padded network input (NCHW, as upstream)
+  Tensor img;  // f32 [N, H_pad, W_pad, 3]: normalized, padded network input, NHWC (the backbone's layout)
   std::vector<std::array<double, 16>> lidar2img;  // per camera, row-major 4x4 at the padded image's scale
   std::array<double, 18> can_bus{};                // absolute, BEFORE the test-time delta (spec §3)
   std::string scene_token;                         // a change drops the history
 };
 
-struct FrameOutput {
-  Tensor bev_embed;       // f32 [HW, C]: the encoder output (the next frame's prev_bev)
-  Tensor all_cls_scores;  // f32 [layers, Q, classes]: logits
-  Tensor all_bbox_preds;  // f32 [layers, Q, code_size]: centres in metres (spec §2.13)
-  std::vector<Detection> detections;  // NMSFreeCoder output of the last layer, by score
-  bool used_history = false;          // TSA saw the previous BEV
-  // Wall time of the parts of this frame (seconds): host geometry and the two stages of DESIGN §1
-  // (replay or eager), and decoding the boxes.
-  double geometry_seconds = 0, image_seconds = 0, bev_seconds = 0, decode_seconds = 0;
+// The geometry that depends only on the camera rig (lidar2img and the padded image size), on the
+// host: what the bev stage's SCA reads. The runtime caches it per rig.
+struct RigGeometry {
+  std::vector<std::array<double, 16>> lidar2img;
+  int pad_w = 0, pad_h = 0;
+  PointSampling sampling;
+  ScaQueryLists queries;
 };
 
-// One stream's history (forward_test's prev_frame_info): the previous BEV and the raw pose of the
-// previous frame. Streams own theirs; the model keeps one default history for single-stream use.
-struct StreamHistory {
-  TemporalState state;
-  Tensor prev_bev;  // [HW, C], the last frame's bev_embed
+// forward_test's host step for one frame (spec §3, §2.6, §2.7): the bev stage's per-frame inputs,
+// on the host.
+struct BevStepInputs {
+  TemporalStep step;              // the CAN-bus vector after the delta; whether TSA uses the history
+  std::array<float, 2> shift{};   // BEV fractions
+  Tensor can_bus;                 // f32 [1, 18]
+  Tensor tsa_reference;           // f32 [HW, 2, 1, 2]
+  Tensor rotation_index;          // i64 [HW] (with history): source cell of the rotated previous BEV
 };
 
-// A frame between its two stages (DESIGN §1): what BevFormer::run_image made, for run_bev of
-// the same frame. It holds one of the model's image lanes (the image plan whose outputs carry
-// this frame) until run_bev has read them, or until it is destroyed. Move-only; it must not
-// outlive its model.
-class StagedFrame {
- public:
-  StagedFrame();
-  ~StagedFrame();
-  StagedFrame(StagedFrame&&) noexcept;
-  StagedFrame& operator=(StagedFrame&&) noexcept;
-
-  bool empty() const { return s_ == nullptr; }
-  // When the image stage began its work (after waiting for a lane), and how long it took.
-  std::chrono::steady_clock::time_point started() const;
-  double image_seconds() const;
-
- private:
-  friend class BevFormer;
-  struct State;
-  std::unique_ptr<State> s_;
+// The bev stage's results, in backend memory.
+struct BevOutputs {
+  Tensor bev_embed;   // [HW, C]: the encoder output, the next frame's previous BEV
+  Tensor all_cls;     // [layers, Q, classes]: logits
+  Tensor all_preds;   // [layers, Q, code]: centres in metres (spec §2.13)
+  Tensor last_preds;  // [Q, code]
+  Tensor top_scores, top_index;  // the NMS-free top-k of the last layer's sigmoid scores
 };
 
 class BevFormer {
  public:
-  // Binds and validates every weight the config needs (all problems reported at once) and
-  // prepares them on `backend` (BN folded, weights packed). The checkpoint's tensors are
-  // copied where prepared; it need not outlive the model.
-  // replay: each stage is recorded once per input shape (and history variant) into a plan with
-  // its activations in one arena, then replayed (bit-identical to eager); false runs every
-  // frame eagerly (debugging).
-  // pipelined: two image lanes, so the image stage of one frame can run while the bev stage of
-  // the frame before it runs (run_image / run_bev on two threads, or forward() from several);
-  // the image plan (with its outputs) and the bev plans exist once per lane. Otherwise one frame
-  // is in flight at a time.
-  BevFormer(ModelConfig cfg, const Checkpoint& checkpoint, Backend& backend, bool replay = true,
-            bool pipelined = false);
-  ~BevFormer();
-  BevFormer(const BevFormer&) = delete;
-  BevFormer& operator=(const BevFormer&) = delete;
+  // Binds and validates every weight the config needs (all problems reported at once), prepares
+  // the weighted ops and uploads every other weight through `ops` to its backend. The checkpoint
+  // need not outlive the model.
+  BevFormer(ModelConfig cfg, const Checkpoint& checkpoint, Ops& ops);
 
-  const ModelConfig& config() const;
+  const ModelConfig& config() const { return cfg_; }
 
-  // Runs one frame (both stages, eagerly) and carries `history` to the next call, exactly as
-  // BEVFormer.forward_test. `taps` receives every golden-set tensor name it can produce. A frame
-  // that fails its checks throws before the history changes. Calls serialize on the model.
-  FrameOutput forward(const FrameInput& frame, StreamHistory& history, Taps* taps = nullptr);
-  // The same with the model's own default history.
-  FrameOutput forward(const FrameInput& frame, Taps* taps = nullptr);
-  void reset_history();
+  // The frame fits the model (camera count, image layout and size, finite calibration and CAN
+  // bus); Error(kInvalidInput) naming what does not.
+  void check_frame(const FrameInput& f) const;
+  // point_sampling and the SCA query lists of the frame's rig.
+  RigGeometry rig_geometry(const FrameInput& f) const;
+  // forward_test steps 1-3 for one frame; `state` advances as the frame will leave it (the caller
+  // commits it only when the frame completes).
+  BevStepInputs forward_test_step(TemporalState& state, const FrameInput& f) const;
+  // The host-side debugging tensors of a frame (dbg.can_bus, dbg.shift, dbg.reference_points_cam,
+  // dbg.bev_mask, dbg.bev_mask_count).
+  void tap_geometry(const BevStepInputs& step, const RigGeometry& rig, Taps& taps) const;
 
-  // forward() is run_bev(frame, run_image(frame)). Apart, they pipeline: run_image of frame t+1
-  // on one thread runs while run_bev of frame t runs on another, each stage one frame at a
-  // time, with results identical to forward(). The image stage needs no history, so frames of
-  // one stream may be staged ahead; run_bev must see them in stream order. run_image waits for a
-  // free lane: a thread must not hold more unfinished StagedFrames than lanes() (it would wait
-  // for itself). A frame that fails its checks throws from run_image.
-  StagedFrame run_image(const FrameInput& frame, Taps* taps = nullptr);
-  FrameOutput run_bev(const FrameInput& frame, StagedFrame staged, StreamHistory& history, Taps* taps = nullptr);
-  FrameOutput run_bev(const FrameInput& frame, StagedFrame staged, Taps* taps = nullptr);
-  int lanes() const;  // frames in flight at once: 2 when pipelined, else 1
-
-  // The recorded plans so far: per stage its ops, shapes, buffer offsets and arena size.
-  std::string describe() const;
-  // Replays every recorded stage once on the inputs it holds, with no host work around it (the
-  // allocation test and benchmarks time exactly the replay).
-  void replay_recorded_stages();
-  // The profiler's replays: one recorded stage on the inputs it holds, the image plan or the
-  // (untapped) bev plan of one history variant. False when that stage has not been recorded.
-  // These, replay_recorded_stages and the describers wait until no frame is in flight.
-  bool replay_image_stage();
-  bool replay_bev_stage(bool with_history);
-
-  // The recorded plans as numbers (the profiler's memory report).
-  struct PlanInfo {
-    std::string name;  // "image", "bev (with history)", ...
-    size_t ops = 0, buffers = 0;
-    size_t arena_bytes = 0;     // the activations, laid out by lifetime
-    size_t no_reuse_bytes = 0;  // the same buffers without sharing
-  };
-  std::vector<PlanInfo> plan_info() const;
-  // How many rigs (lidar2img and padded size) needed their geometry computed: the last four
-  // stay cached with their bev plans, so vehicles with different rigs do not re-record.
-  size_t rigs_seen() const;
+  // The image stage on img [N, H, W, 3] (a backend tensor): every encoder layer's SCA values.
+  std::vector<ScaInputs> image_stage(Ops& o, const Tensor& img, Taps* taps) const;
+  // The bev stage: encoder, decoder, heads and the top-k.
+  BevOutputs bev_stage(Ops& o, const EncoderInputs& in, Taps* taps) const;
+  // NMSFreeCoder on the host copies of the top-k and the last layer's boxes.
+  std::vector<Detection> decode(const Tensor& top_scores, const Tensor& top_index, const Tensor& last_preds) const;
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  ModelConfig cfg_;
+  ResNetWeights resnet_;
+  FpnWeights fpn_;
+  Tensor cams_embeds_;                // pts_bbox_head.transformer.cams_embeds [num_cams, C]
+  std::vector<Tensor> level_embeds_;  // pts_bbox_head.transformer.level_embeds rows [C]
+  EncoderWeights encoder_;
+  DecoderWeights decoder_;
+  HeadWeights head_;
 };
 
 }  // namespace bev

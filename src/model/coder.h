@@ -8,16 +8,10 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "io/detection.h"
 #include "model/config.h"
 
 namespace bev {
-
-struct Detection {
-  std::array<float, 9> box{};  // x, y, z_bottom, w, l, h, yaw, vx, vy (LiDAR frame)
-  float score = 0;             // sigmoid score
-  int label = 0;               // class index
-  int64_t query = 0;           // the decoder query it came from
-};
 
 // scores/indices: topk of the flattened sigmoid scores (f32 [k], i64 [k], index = query * classes
 // + class); bbox_preds: the last layer's f32 [Q, code_size] (centres in metres). Boxes whose

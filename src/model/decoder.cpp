@@ -19,8 +19,8 @@ DecoderWeights load_decoder(Ops& ops, const WeightSource& w, const ModelConfig& 
   const int64_t c = cfg.transformer.embed_dims;
   DecoderWeights d;
   const Tensor qe = w.get("pts_bbox_head.query_embedding.weight");
-  d.query_pos = qe.slice(1, 0, c).contiguous();
-  d.query = qe.slice(1, c, 2 * c).contiguous();
+  d.query_pos = ops.constant(qe.slice(1, 0, c));
+  d.query = ops.constant(qe.slice(1, c, 2 * c));
   d.reference_points = load_linear(ops, w, "pts_bbox_head.transformer.reference_points");
   for (int i = 0; i < cfg.transformer.decoder_layers; ++i) {
     const std::string p = "pts_bbox_head.transformer.decoder.layers." + std::to_string(i);
@@ -28,7 +28,7 @@ DecoderWeights load_decoder(Ops& ops, const WeightSource& w, const ModelConfig& 
     l.self_attn = load_mha(ops, w, p + ".attentions.0", cfg.transformer.embed_dims);
     l.cross = load_decoder_cross(ops, w, p + ".attentions.1");
     l.ffn = load_ffn(ops, w, p + ".ffns.0");
-    for (int n = 0; n < 3; ++n) l.norms[n] = load_layer_norm(w, p + ".norms." + std::to_string(n));
+    for (int n = 0; n < 3; ++n) l.norms[n] = load_layer_norm(ops, w, p + ".norms." + std::to_string(n));
     d.layers.push_back(std::move(l));
   }
   return d;

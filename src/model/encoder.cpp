@@ -36,20 +36,20 @@ EncoderWeights load_encoder(Ops& ops, const WeightSource& w, const ModelConfig& 
   const std::string head = kHead, tr = head + ".transformer";
   EncoderWeights e;
   BevQueryWeights& q = e.queries;
-  q.bev_embedding = w.get(head + ".bev_embedding.weight");
-  q.bev_pos = learned_positional_encoding(w.get(head + ".positional_encoding.row_embed.weight"),
-                                          w.get(head + ".positional_encoding.col_embed.weight"), cfg.head.bev_h,
-                                          cfg.head.bev_w);
+  q.bev_embedding = ops.constant(w.get(head + ".bev_embedding.weight"));
+  q.bev_pos = ops.constant(learned_positional_encoding(w.get(head + ".positional_encoding.row_embed.weight"),
+                                                       w.get(head + ".positional_encoding.col_embed.weight"),
+                                                       cfg.head.bev_h, cfg.head.bev_w));
   q.can_bus_fc1 = load_linear(ops, w, tr + ".can_bus_mlp.0", true);
   q.can_bus_fc2 = load_linear(ops, w, tr + ".can_bus_mlp.2", true);
-  if (cfg.transformer.can_bus_norm) q.can_bus_norm = load_layer_norm(w, tr + ".can_bus_mlp.norm");
+  if (cfg.transformer.can_bus_norm) q.can_bus_norm = load_layer_norm(ops, w, tr + ".can_bus_mlp.norm");
   for (int i = 0; i < cfg.transformer.encoder_layers; ++i) {
     const std::string p = tr + ".encoder.layers." + std::to_string(i);
     EncoderLayerWeights l;
     l.tsa = load_tsa(ops, w, p + ".attentions.0");
     l.sca = load_sca(ops, w, p + ".attentions.1");
     l.ffn = load_ffn(ops, w, p + ".ffns.0");
-    for (int n = 0; n < 3; ++n) l.norms[n] = load_layer_norm(w, p + ".norms." + std::to_string(n));
+    for (int n = 0; n < 3; ++n) l.norms[n] = load_layer_norm(ops, w, p + ".norms." + std::to_string(n));
     e.layers.push_back(std::move(l));
   }
   return e;

@@ -282,14 +282,14 @@ PointSampling point_sampling(const ModelConfig& cfg, const std::vector<std::arra
   return ps;
 }
 
-ScaPlan sca_plan(const PointSampling& ps) {
+ScaQueryLists sca_query_lists(const PointSampling& ps) {
   const Tensor& mask_t = ps.bev_mask;
   const Tensor& ref_t = ps.reference_points_cam;
   if (!mask_t.defined() || !ref_t.defined() || mask_t.dim() != 3 || ref_t.dim() != 4 ||
       ref_t.size(0) != mask_t.size(0) || ref_t.size(1) != mask_t.size(1) || ref_t.size(2) != mask_t.size(2) ||
       ref_t.size(3) != 2) {
     throw Error(ErrorKind::kInvalidInput, "point sampling result has inconsistent shapes")
-        .where("sca_plan")
+        .where("sca_query_lists")
         .expected("reference_points_cam f32 [N, HW, D, 2] and bev_mask u8 [N, HW, D]");
   }
   const Tensor mask_c = mask_t.contiguous();
@@ -298,7 +298,7 @@ ScaPlan sca_plan(const PointSampling& ps) {
   const float* ref = ref_c.data<float>();
   const int64_t n_cam = mask_t.size(0), hw = mask_t.size(1), num_d = mask_t.size(2);
 
-  ScaPlan plan;
+  ScaQueryLists plan;
   std::vector<std::vector<int64_t>> cells(static_cast<size_t>(n_cam));
   std::vector<int64_t> seen_by(static_cast<size_t>(hw), 0);
   for (int64_t n = 0; n < n_cam; ++n) {

@@ -68,14 +68,14 @@ PointSampling point_sampling(const ModelConfig& cfg, const std::vector<std::arra
 
 // SCA's per-camera query lists (spec §2.9), rebatched like upstream: camera i's visible cells
 // (any anchor visible, ascending) in rows [i*max_len, i*max_len + count_i), the rest padding.
-struct ScaPlan {
+struct ScaQueryLists {
   int64_t max_len = 0;                    // largest count over cameras (at least 1)
   std::vector<int64_t> count_per_camera;  // = dbg.bev_mask_count
   Tensor query_index;  // i64 [N*max_len]: BEV cell of each slot, -1 for padding
   Tensor reference;    // f32 [N*max_len, 1, D, 2]: reference_points_cam of the slot's cell (all D anchors, also invisible), zeros for padding
   Tensor inv_count;    // f32 [HW, 1]: 1 / max(number of cameras seeing the cell, 1), computed as 1.0f / float(count)
 };
-ScaPlan sca_plan(const PointSampling& ps);
+ScaQueryLists sca_query_lists(const PointSampling& ps);
 
 // torch.linspace(start, end, steps) in float32 as the CPU kernel computes it (start and end cast
 // to float32 first; the first half counts up from start, the second half down from end, with

@@ -12,7 +12,7 @@ HeadWeights load_head(Ops& ops, const WeightSource& w, const ModelConfig& cfg) {
     RegBranchWeights r;
     for (int j = 0; j < fcs; ++j) {
       c.fc.push_back(load_linear(ops, w, cls + "." + std::to_string(3 * j)));
-      c.norm.push_back(load_layer_norm(w, cls + "." + std::to_string(3 * j + 1)));
+      c.norm.push_back(load_layer_norm(ops, w, cls + "." + std::to_string(3 * j + 1)));
       r.fc.push_back(load_linear(ops, w, reg + "." + std::to_string(2 * j), /*relu=*/true));
     }
     c.out = load_linear(ops, w, cls + "." + std::to_string(3 * fcs));

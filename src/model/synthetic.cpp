@@ -109,13 +109,16 @@ std::vector<std::array<double, 16>> synthetic_rig(const ModelConfig& cfg) {
 FrameInput synthetic_frame(const ModelConfig& cfg, uint64_t seed, int index) {
   const ImageSize pad = image_padded_size(cfg.image), img = image_resized_size(cfg.image);
   FrameInput f;
-  f.img = Tensor::zeros({cfg.transformer.num_cams, 3, pad.height, pad.width}, DType::kF32);
+  f.img = Tensor::zeros({cfg.transformer.num_cams, pad.height, pad.width, 3}, DType::kF32);
   std::mt19937_64 rng(seed * 7919 + static_cast<uint64_t>(index));
   std::normal_distribution<float> d(0.0f, 1.0f);
   float* p = f.img.data<float>();
-  for (int64_t plane = 0; plane < int64_t{cfg.transformer.num_cams} * 3; ++plane) {
-    for (int y = 0; y < img.height; ++y) {
-      for (int x = 0; x < img.width; ++x) p[(plane * pad.height + y) * pad.width + x] = d(rng);
+  // Drawn plane by plane (camera, channel), the order the values have always had, into NHWC.
+  for (int64_t cam = 0; cam < cfg.transformer.num_cams; ++cam) {
+    for (int64_t ch = 0; ch < 3; ++ch) {
+      for (int y = 0; y < img.height; ++y) {
+        for (int x = 0; x < img.width; ++x) p[((cam * pad.height + y) * pad.width + x) * 3 + ch] = d(rng);
+      }
     }
   }
   f.lidar2img = synthetic_rig(cfg);

@@ -3,14 +3,13 @@
 namespace bev {
 
 void Taps::put(const std::string& name, const Tensor& t) {
-  const Tensor v = by_reference_ ? t : t.clone();
   for (auto& [n, old] : tensors_) {
     if (n == name) {
-      old = v;
+      old = t;
       return;
     }
   }
-  tensors_.emplace_back(name, v);
+  tensors_.emplace_back(name, t);
 }
 
 const Tensor* Taps::find(const std::string& name) const {

@@ -1,6 +1,10 @@
-// Taps: named copies of intermediate tensors, in the golden sets' names and layouts (DESIGN §5:
-// every intermediate has a name). The model fills them only when asked (golden comparison,
-// --dump, debugging); a null Taps* costs nothing.
+// Taps: named intermediate tensors, in the golden sets' names and layouts (DESIGN §5: every
+// intermediate has a name). The model fills them only when asked (golden comparison, --dump,
+// debugging); a null Taps* costs nothing.
+//
+// A stage puts the tensors themselves (backend memory, or host tensors for the host-side
+// geometry), not copies: the runtime reads them back to the host once the stage has run
+// (StageRunner), when every tapped value is final.
 #pragma once
 
 #include <string>
@@ -13,19 +17,13 @@ namespace bev {
 
 class Taps {
  public:
-  Taps() = default;
-  // by_reference: put() keeps the tensor itself, not a copy (a recording's taps, read again
-  // after every replay of the plan that keeps those tensors alive).
-  explicit Taps(bool by_reference) : by_reference_(by_reference) {}
-
-  // Stores a contiguous copy of `t` (later ops or a replay may overwrite the original).
+  // Keeps `t` under `name` (replacing an earlier tensor of that name).
   void put(const std::string& name, const Tensor& t);
   const Tensor* find(const std::string& name) const;
   const std::vector<std::pair<std::string, Tensor>>& all() const { return tensors_; }
   void clear() { tensors_.clear(); }
 
  private:
-  bool by_reference_ = false;
   std::vector<std::pair<std::string, Tensor>> tensors_;
 };
 

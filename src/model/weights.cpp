@@ -27,8 +27,8 @@ Tensor WeightSource::get(const std::string& name) const {
   return t->dtype() == DType::kF32 ? t->contiguous() : t->to(DType::kF32);
 }
 
-LayerNormWeights load_layer_norm(const WeightSource& w, const std::string& prefix) {
-  return {w.get(prefix + ".weight"), w.get(prefix + ".bias")};
+LayerNormWeights load_layer_norm(Ops& ops, const WeightSource& w, const std::string& prefix) {
+  return {ops.constant(w.get(prefix + ".weight")), ops.constant(w.get(prefix + ".bias"))};
 }
 
 Tensor layer_norm_forward(Ops& ops, const LayerNormWeights& ln, const Tensor& x, const std::string& label) {

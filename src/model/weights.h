@@ -29,7 +29,8 @@ class WeightSource {
 struct LayerNormWeights {
   Tensor weight, bias;
 };
-LayerNormWeights load_layer_norm(const WeightSource& w, const std::string& prefix);
+// Uploaded to the backend through ops.constant.
+LayerNormWeights load_layer_norm(Ops& ops, const WeightSource& w, const std::string& prefix);
 Tensor layer_norm_forward(Ops& ops, const LayerNormWeights& ln, const Tensor& x, const std::string& label);
 
 // nn.Linear: `<prefix>.weight` [out, in], `<prefix>.bias` [out]; ReLU fused when `relu`.

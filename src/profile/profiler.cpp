@@ -7,6 +7,7 @@
 #include <limits>
 #include <memory>
 
+#include "backend/recorded_stage.h"
 #include "core/thread_pool.h"
 
 namespace bev {
@@ -46,6 +47,25 @@ void Profiler::record(const OpNode& node, int64_t start_ns, int64_t duration_ns,
   r.flops = op_flops(node);
   r.bytes = op_bytes(node, precision);
   ops_.push_back(r);
+}
+
+void Profiler::record(const OpNode& node, const OpTime& t, Precision precision) {
+  const int64_t origin_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(origin_.time_since_epoch()).count();
+  record(node, t.start_ns - origin_ns, t.duration_ns, precision);
+}
+
+void ProfilingBackend::execute(const RecordedStage& stage, std::span<const StageBinding> bindings,
+                               std::vector<OpTime>* times) {
+  if (profiler_ == nullptr) {
+    inner_.execute(stage, bindings, times);
+    return;
+  }
+  std::vector<OpTime> measured;
+  inner_.execute(stage, bindings, &measured);
+  const std::vector<OpNode>& nodes = stage.nodes();
+  for (size_t i = 0; i < nodes.size() && i < measured.size(); ++i) profiler_->record(nodes[i], measured[i], precision_);
+  if (times) times->insert(times->end(), measured.begin(), measured.end());
 }
 
 std::vector<SignpostRange> Profiler::ranges(const std::string& name) const {
@@ -213,6 +233,13 @@ class NullBackend final : public Backend {
   const char* name() const override { return "null"; }
   Device device() const override { return Device::kCpu; }
   Precision precision() const override { return Precision::kF32; }
+  BackendInfo info() const override { return {"null", "none", "", 0, "f32"}; }
+  std::shared_ptr<Storage> allocate(size_t bytes) override { return Storage::allocate(bytes); }
+  void write(const Tensor&, const Tensor&) override {}
+  Tensor read(const Tensor& src) override { return src; }
+  void copy(const Tensor&, const Tensor&) override {}
+  void synchronize() override {}
+  double measure_peak_gflops() override { return 0; }
   std::shared_ptr<const void> prepare(OpKind, const OpAttrs&, const Tensor&, const Tensor*) override { return {}; }
   bool fuses_bottleneck(const Shape&, const BottleneckAttrs&) const override { return false; }
   void run(const OpNode&) override { asm volatile("" ::: "memory"); }

@@ -4,8 +4,11 @@
 //   Profiler         the records: per op its kind, stage, label, tensor shapes and dtypes, start
 //                    and duration (steady clock, ns since the profiler's origin), FLOPs, bytes;
 //                    and signposts, tt-metal style: "image" opens a range, "image_end" closes it.
-//   ProfilingBackend forwards prepare/run to the real backend; while a Profiler is attached it
-//                    records each run. Detached, the only cost is one pointer test per op.
+//   ProfilingBackend forwards everything to the real backend; while a Profiler is attached it
+//                    records each op with the time the backend measured (Backend::run_timed;
+//                    recorded stages run op by op then, through Backend::execute's times).
+//                    Detached, the only cost is one pointer test per op, and a recorded stage
+//                    goes to the backend whole.
 //
 // Recording is cheap on purpose (strings interned, shapes kept inline, storage reserved), so
 // that op times add up to the frame: the gap between ops is what the profiler itself costs.
@@ -63,8 +66,11 @@ class Profiler {
   }
   // "x" opens range x, "x_end" closes it.
   void signpost(const std::string& name);
-  // `precision` is the backend's: the size of a prepared weight element.
+  // `precision` is the backend's: the size of a prepared weight element. Times are on the
+  // profiler's clock (now_ns()).
   void record(const OpNode& node, int64_t start_ns, int64_t duration_ns, Precision precision);
+  // The same for a backend's measurement (steady-clock ns since its epoch).
+  void record(const OpNode& node, const OpTime& t, Precision precision);
   void reserve(size_t ops);
 
   const std::vector<OpRecord>& ops() const { return ops_; }
@@ -105,6 +111,13 @@ class ProfilingBackend final : public Backend {
   const char* name() const override { return inner_.name(); }
   Device device() const override { return inner_.device(); }
   Precision precision() const override { return inner_.precision(); }
+  BackendInfo info() const override { return inner_.info(); }
+  std::shared_ptr<Storage> allocate(size_t bytes) override { return inner_.allocate(bytes); }
+  void write(const Tensor& dst, const Tensor& host_src) override { inner_.write(dst, host_src); }
+  Tensor read(const Tensor& src) override { return inner_.read(src); }
+  void copy(const Tensor& dst, const Tensor& src) override { inner_.copy(dst, src); }
+  void synchronize() override { inner_.synchronize(); }
+  double measure_peak_gflops() override { return inner_.measure_peak_gflops(); }
   std::shared_ptr<const void> prepare(OpKind kind, const OpAttrs& attrs, const Tensor& weight,
                                       const Tensor* bias) override {
     return inner_.prepare(kind, attrs, weight, bias);
@@ -117,11 +130,11 @@ class ProfilingBackend final : public Backend {
       inner_.run(node);
       return;
     }
-    const int64_t t0 = profiler_->now_ns();
-    inner_.run(node);
-    const int64_t t1 = profiler_->now_ns();
-    profiler_->record(node, t0, t1 - t0, precision_);
+    profiler_->record(node, inner_.run_timed(node), precision_);
   }
+  OpTime run_timed(const OpNode& node) override { return inner_.run_timed(node); }
+  void execute(const RecordedStage& stage, std::span<const StageBinding> bindings = {},
+               std::vector<OpTime>* times = nullptr) override;
 
  private:
   Backend& inner_;

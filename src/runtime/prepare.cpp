@@ -66,7 +66,7 @@ Tensor preprocess_image(const Tensor& bgr, const ImageConfig& cfg) {
         .expected("u8 [" + std::to_string(cfg.height) + ", " + std::to_string(cfg.width) + ", 3] (BGR)");
   }
   const ImagePreprocess p = image_preprocess_of(cfg);
-  Tensor out = Tensor::empty({3, p.padded_height, p.padded_width}, DType::kF32);
+  Tensor out = Tensor::empty({p.padded_height, p.padded_width, 3}, DType::kF32);
   preprocess_image_into(bgr, p, out.data<float>());
   return out;
 }
@@ -166,7 +166,7 @@ PreparedFrame prepare_frame(const FrameSpec& spec, const ModelConfig& cfg, const
   p.lidar2img_original.resize(n);
 
   const ImageSize padded = image_padded_size(ic);
-  Tensor img = Tensor::empty({static_cast<int64_t>(n), 3, padded.height, padded.width}, DType::kF32);
+  Tensor img = Tensor::empty({static_cast<int64_t>(n), padded.height, padded.width, 3}, DType::kF32);
   const size_t per_camera = static_cast<size_t>(3) * padded.height * padded.width;
   const ImagePreprocess pre = image_preprocess_of(ic);
   auto one = [&](size_t i) {

@@ -3,7 +3,7 @@
 // decode every camera image (BGR u8); float32; BGR->RGB when the config says to_rgb; (x - mean)
 // * (1/std) at full resolution (OpenCV subtract then multiply, as mmcv.imnormalize); resize the
 // normalized image with cv::resize INTER_LINEAR to (int(W*s), int(H*s)); pad bottom/right with 0
-// to the size divisor; NCHW. lidar2img per camera (given, or [K 0; 0 1] @ inv(T_ego_from_cam) @
+// to the size divisor; NHWC, the layout the backbone reads. lidar2img per camera (given, or [K 0; 0 1] @ inv(T_ego_from_cam) @
 // T_ego_from_lidar in float64), then diag(s, s, 1, 1) @ lidar2img. The absolute CAN-bus vector
 // from the ego pose as get_data_info does; the per-stream delta is the model's (temporal_step).
 #pragma once
@@ -16,13 +16,13 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "io/frame_json.h"
-#include "model/bevformer.h"
+#include "model/bevformer.h"  // FrameInput
 #include "model/config.h"
 
 namespace bev {
 
 struct PreparedFrame {
-  FrameInput input;  // img f32 [N, 3, H_pad, W_pad], lidar2img at the network's scale, absolute can_bus, scene_token
+  FrameInput input;  // img f32 [N, H_pad, W_pad, 3], lidar2img at the network's scale, absolute can_bus, scene_token
   std::string stream;
   double timestamp = 0;
   std::string scene;  // the frame's "scene", "" when absent (input.scene_token is then the stream id)
@@ -41,7 +41,7 @@ struct PreparedFrame {
 PreparedFrame prepare_frame(const FrameSpec& spec, const ModelConfig& cfg, const std::string& base_dir,
                             ThreadPool* pool = nullptr);
 
-// One decoded BGR u8 [H, W, 3] image through the test pipeline: f32 [3, H_pad, W_pad].
+// One decoded BGR u8 [H, W, 3] image through the test pipeline: f32 [H_pad, W_pad, 3].
 // The image must already be cfg's width x height.
 Tensor preprocess_image(const Tensor& bgr, const ImageConfig& cfg);
 

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "bevformer/error.h"
@@ -67,11 +68,19 @@ const std::string& StreamRegistry::Lease::id() const { return entry_->id; }
 
 StreamHistory& StreamRegistry::Lease::history() { return entry_->history; }
 
-std::string StreamRegistry::Lease::begin_frame(double timestamp) {
+uint64_t StreamRegistry::Lease::frames() const { return entry_->frames; }
+
+std::string StreamRegistry::Lease::begin_frame(double timestamp, const std::string& scene_token) {
   Entry& e = *entry_;
   if (!e.has_timestamp || !e.history.state.has_prev_bev) return {};
   std::string reason;
-  if (!(timestamp > e.last_timestamp)) {
+  const std::optional<std::string>& scene = e.history.state.scene_token;
+  if (scene && *scene != scene_token) {
+    // forward_test would drop the history for this itself; saying so is the engine's part.
+    reason = "scene changed from '" + *scene + "' to '" + scene_token + "'";
+    const std::lock_guard<std::mutex> g(owner_->mu_);
+    ++owner_->stats_.resets_scene;
+  } else if (!(timestamp > e.last_timestamp)) {
     reason = "timestamp did not increase (" + std::to_string(timestamp) + " after " + std::to_string(e.last_timestamp) + ")";
     const std::lock_guard<std::mutex> g(owner_->mu_);
     ++owner_->stats_.resets_backwards;
@@ -81,7 +90,7 @@ std::string StreamRegistry::Lease::begin_frame(double timestamp) {
     const std::lock_guard<std::mutex> g(owner_->mu_);
     ++owner_->stats_.resets_gap;
   }
-  if (!reason.empty()) e.history = StreamHistory{};
+  if (!reason.empty()) e.history.state = TemporalState{};
   return reason;
 }
 
@@ -99,7 +108,7 @@ void StreamRegistry::released(Entry& e) {
   e.last_used = clock_();
 }
 
-void StreamRegistry::evict_locked(double now, const std::string& keep) {
+void StreamRegistry::expire_locked(double now, const std::string& keep) const {
   for (auto it = streams_.begin(); it != streams_.end();) {
     Entry& e = *it->second;
     if (it->first != keep && e.leases == 0 && now - e.last_used > limits_.idle_ttl_seconds) {
@@ -110,6 +119,10 @@ void StreamRegistry::evict_locked(double now, const std::string& keep) {
       ++it;
     }
   }
+}
+
+void StreamRegistry::evict_locked(double now, const std::string& keep) {
+  expire_locked(now, keep);
   while (streams_.size() >= limits_.max_streams) {
     auto oldest = streams_.end();
     double oldest_use = std::numeric_limits<double>::infinity();
@@ -173,6 +186,7 @@ std::vector<StreamInfo> StreamRegistry::list() const {
   {
     const std::lock_guard<std::mutex> g(mu_);
     now = clock_();
+    expire_locked(now, {});  // a stream past its TTL is gone whether or not another arrived
     for (const auto& [id, e] : streams_) entries.push_back(e);
   }
   std::vector<StreamInfo> out;
@@ -197,6 +211,7 @@ std::vector<StreamInfo> StreamRegistry::list() const {
 
 StreamStats StreamRegistry::stats() const {
   const std::lock_guard<std::mutex> g(mu_);
+  expire_locked(clock_(), {});
   StreamStats s = stats_;
   s.active = streams_.size();
   return s;

@@ -1,5 +1,5 @@
 // Per-stream history for many vehicles at once: for every stream id the previous BEV, pose and
-// timestamp (StreamHistory), with the reset rules of a real deployment on top of upstream's scene
+// timestamp (StreamHistory), with the reset rules of a real deployment beside upstream's scene
 // rule (a time gap over a knob, or a timestamp that does not increase), and bounded memory
 // (least-recently-used eviction past max_streams, idle streams evicted after a TTL). Streams are
 // used concurrently from several threads; each stream's frames run one at a time, in the order
@@ -14,7 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "model/bevformer.h"
+#include "runtime/stage_runner.h"
 
 namespace bev {
 
@@ -36,7 +36,7 @@ struct StreamInfo {
 struct StreamStats {
   size_t active = 0;
   uint64_t created = 0, evicted_lru = 0, evicted_ttl = 0, dropped = 0;
-  uint64_t resets_gap = 0, resets_backwards = 0;
+  uint64_t resets_gap = 0, resets_backwards = 0, resets_scene = 0;
 };
 
 class StreamRegistry {
@@ -55,11 +55,15 @@ class StreamRegistry {
     ~Lease();
     const std::string& id() const;
     StreamHistory& history();
-    // Applies the reset rules for a frame stamped `timestamp` before it runs; returns why the
-    // history was dropped ("time gap of 12.5 s", "timestamp went backwards"), or "" if kept.
-    std::string begin_frame(double timestamp);
+    // Applies the reset rules for a frame stamped `timestamp` of scene `scene_token` before it
+    // runs; returns why the history was dropped ("time gap of 12.5 s", "timestamp did not
+    // increase ...", "scene changed from 'a' to 'b'"), or "" if kept. The stream keeps its
+    // history buffer (it is reused), not its contents.
+    std::string begin_frame(double timestamp, const std::string& scene_token);
     // Records a completed frame.
     void end_frame(double timestamp);
+    // Frames this stream completed before the current one.
+    uint64_t frames() const;
 
    private:
     friend class StreamRegistry;
@@ -80,13 +84,16 @@ class StreamRegistry {
 
  private:
   void evict_locked(double now, const std::string& keep);
+  // Drops the streams idle past the TTL. Reading the registry expires too (a listing never shows
+  // a stream that is already gone), hence the mutable state.
+  void expire_locked(double now, const std::string& keep) const;
   void released(Entry& e);
 
   StreamLimits limits_;
   std::function<double()> clock_;
   mutable std::mutex mu_;
-  std::unordered_map<std::string, std::shared_ptr<Entry>> streams_;
-  StreamStats stats_;
+  mutable std::unordered_map<std::string, std::shared_ptr<Entry>> streams_;
+  mutable StreamStats stats_;
 };
 
 }  // namespace bev

@@ -1,5 +1,7 @@
 // The CPU backend: oneDNN for convolutions and matmuls, our kernels for the rest. One switch over
 // OpKind (compiled with -Werror=switch): an op without a CPU kernel does not compile.
+#include <cstring>
+#include <fstream>
 #include <memory>
 #include <variant>
 
@@ -26,6 +28,20 @@ Tensor rows_view(const Tensor& t) {
   return t.reshape({c ? t.numel() / c : 0, c});
 }
 
+// The processor's name as the kernel reports it ("model name" in /proc/cpuinfo).
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) break;
+    const size_t start = line.find_first_not_of(" \t", colon + 1);
+    return start == std::string::npos ? "unknown CPU" : line.substr(start);
+  }
+  return "unknown CPU";
+}
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int threads, Precision precision)
@@ -36,6 +52,31 @@ class CpuBackend final : public Backend {
   const char* name() const override { return "cpu"; }
   Device device() const override { return Device::kCpu; }
   Precision precision() const override { return precision_; }
+  BackendInfo info() const override {
+    return {name(), cpu_model_name(), cpu::isa_name(), static_cast<int>(pool_.size()), precision_name(precision_)};
+  }
+
+  // Host memory: the CPU's backend memory is the host's, so reads and writes are copies.
+  std::shared_ptr<Storage> allocate(size_t bytes) override { return Storage::allocate(bytes); }
+  void write(const Tensor& dst, const Tensor& host_src) override {
+    check_write(dst, host_src);
+    if (host_src.nbytes() > 0) std::memcpy(dst.raw_data(), host_src.contiguous().raw_data(), host_src.nbytes());
+  }
+  Tensor read(const Tensor& src) override { return src.clone(); }
+  void copy(const Tensor& dst, const Tensor& src) override {
+    check_copy(dst, src);
+    Tensor y = dst;
+    if (src.is_contiguous()) {
+      if (src.nbytes() > 0) std::memcpy(y.raw_data(), src.raw_data(), src.nbytes());
+    } else {
+      cpu::permute_copy(src, y, &pool_);
+    }
+  }
+  void synchronize() override {}
+  double measure_peak_gflops() override {
+    team_width_on_this_thread();
+    return cpu::measure_peak_gflops(precision_);
+  }
 
   std::shared_ptr<const void> prepare(OpKind kind, const OpAttrs& attrs, const Tensor& weight,
                                       const Tensor* bias) override {

@@ -17,7 +17,7 @@ namespace bev::cpu {
 namespace {
 
 using msda_detail::Corners;
-using msda_detail::Plan;
+using msda_detail::KernelArgs;
 
 [[noreturn]] void bad_shape(const char* who, const std::string& what, const Tensor& t, const std::string& expected) {
   throw Error(ErrorKind::kInvalidInput, std::string(what) + " is " + t.describe()).where(who).expected(expected);
@@ -36,13 +36,13 @@ bool dense(const Tensor& t) { return t.numel() == 0 || t.is_contiguous(); }
 
 // Checks every input against the others and returns the plan (tables not yet built). `out` is
 // allocated when undefined and checked otherwise.
-Plan check(const char* who, const Tensor& value, const SpatialShapes& shapes, const std::vector<int64_t>& level_start,
+KernelArgs check(const char* who, const Tensor& value, const SpatialShapes& shapes, const std::vector<int64_t>& level_start,
            const Tensor& loc, const Tensor& attn, Tensor& out) {
   check_f32_cpu(who, "value", value);
   check_f32_cpu(who, "sampling_locations", loc);
   check_f32_cpu(who, "attention_weights", attn);
   if (value.dim() != 4) bad_shape(who, "value", value, "[bs, Lv, heads, head_dim]");
-  Plan p;
+  KernelArgs p;
   p.bs = value.size(0);
   p.lv = value.size(1);
   p.heads = value.size(2);
@@ -144,7 +144,7 @@ class Workspace {
   uint32_t* base_ = nullptr;
 };
 
-void build_tables(Plan& p, const Workspace& ws, const SpatialShapes& shapes, const std::vector<int64_t>& level_start) {
+void build_tables(KernelArgs& p, const Workspace& ws, const SpatialShapes& shapes, const std::vector<int64_t>& level_start) {
   const auto n = static_cast<size_t>(p.samples_padded);
   float* width = ws.float_table(0);
   float* height = ws.float_table(1);
@@ -181,7 +181,7 @@ void build_tables(Plan& p, const Workspace& ws, const SpatialShapes& shapes, con
 
 // Scalar accumulation: one pass per corner over hd; the compiler vectorizes the inner loop with
 // the baseline ISA (SSE2).
-void accumulate_scalar(const Plan& p, const Corners& c, const float* vbase, int64_t s_begin, int64_t s_end, float* o) {
+void accumulate_scalar(const KernelArgs& p, const Corners& c, const float* vbase, int64_t s_begin, int64_t s_end, float* o) {
   std::fill(o, o + p.hd, 0.0f);
   for (int64_t s = s_begin; s < s_end; ++s) {
     const int32_t m = c.mask[static_cast<size_t>(s)];
@@ -201,7 +201,7 @@ __attribute__((target("avx2,fma"))) inline __m256i avx2_tail_mask(int64_t cols) 
 
 // AVX2: 16 columns at a time in two ymm per corner. One accumulator set per corner keeps four
 // independent FMA chains per vector, so FMA latency does not serialize a sample's corners.
-__attribute__((target("avx2,fma"))) void accumulate_avx2(const Plan& p, const Corners& c, const float* vbase,
+__attribute__((target("avx2,fma"))) void accumulate_avx2(const KernelArgs& p, const Corners& c, const float* vbase,
                                                          int64_t s_begin, int64_t s_end, float* o) {
   for (int64_t g = 0; g < p.hd; g += 16) {
     const int64_t cols = std::min<int64_t>(16, p.hd - g);
@@ -236,7 +236,7 @@ __attribute__((target("avx2,fma"))) void accumulate_avx2(const Plan& p, const Co
 }
 
 template <typename Accumulate>
-void run_with(const Plan& p, Corners& c, int64_t begin, int64_t end, Accumulate accumulate) {
+void run_with(const KernelArgs& p, Corners& c, int64_t begin, int64_t end, Accumulate accumulate) {
   const int64_t per_head = p.levels * p.points;
   for (int64_t bq = begin; bq < end; ++bq) {
     const int64_t b = bq / p.lq;
@@ -248,7 +248,7 @@ void run_with(const Plan& p, Corners& c, int64_t begin, int64_t end, Accumulate 
   }
 }
 
-void dispatch(MsdaIsa isa, const Plan& p, const Workspace& ws, ThreadPool& pool) {
+void dispatch(MsdaIsa isa, const KernelArgs& p, const Workspace& ws, ThreadPool& pool) {
   // Chunks of at least ~2k samples amortize the pool's hand-off; the pool caps the chunk count.
   const int64_t grain = std::max<int64_t>(1, 2048 / p.samples);
   pool.parallel_for_indexed(p.bs * p.lq, grain, [&](int64_t begin, int64_t end, int participant) {
@@ -268,7 +268,7 @@ namespace msda_detail {
 
 // Same float arithmetic as msda_reference for px, py and the corner weights; the attention weight
 // is folded into each corner's weight.
-void prepare_corners_scalar(const Plan& p, const float* loc_q, const float* attn_q, Corners& c) {
+void prepare_corners_scalar(const KernelArgs& p, const float* loc_q, const float* attn_q, Corners& c) {
   const int64_t n = c.n;
   for (int64_t s = 0; s < p.samples; ++s) {
     const auto i = static_cast<size_t>(s);
@@ -302,14 +302,14 @@ void prepare_corners_scalar(const Plan& p, const float* loc_q, const float* attn
   }
 }
 
-void run_scalar(const Plan& p, Corners& c, int64_t begin, int64_t end) { run_with(p, c, begin, end, accumulate_scalar); }
-void run_avx2(const Plan& p, Corners& c, int64_t begin, int64_t end) { run_with(p, c, begin, end, accumulate_avx2); }
+void run_scalar(const KernelArgs& p, Corners& c, int64_t begin, int64_t end) { run_with(p, c, begin, end, accumulate_scalar); }
+void run_avx2(const KernelArgs& p, Corners& c, int64_t begin, int64_t end) { run_with(p, c, begin, end, accumulate_avx2); }
 
 }  // namespace msda_detail
 
 void msda_reference(const Tensor& value, const SpatialShapes& spatial_shapes, const std::vector<int64_t>& level_start,
                     const Tensor& sampling_locations, const Tensor& attention_weights, Tensor& out) {
-  const Plan p = check("msda_reference", value, spatial_shapes, level_start, sampling_locations, attention_weights, out);
+  const KernelArgs p = check("msda_reference", value, spatial_shapes, level_start, sampling_locations, attention_weights, out);
   for (int64_t b = 0; b < p.bs; ++b) {
     for (int64_t q = 0; q < p.lq; ++q) {
       for (int64_t h = 0; h < p.heads; ++h) {
@@ -381,7 +381,7 @@ void msda_with_isa(MsdaIsa isa, const Tensor& value, const SpatialShapes& spatia
                    MsdaPrefetch prefetch) {
   if (!msda_isa_supported(isa))
     throw Error(ErrorKind::kUnsupported, std::string("this CPU lacks ") + msda_isa_name(isa)).where("msda");
-  Plan p = check("msda", value, spatial_shapes, level_start, sampling_locations, attention_weights, out);
+  KernelArgs p = check("msda", value, spatial_shapes, level_start, sampling_locations, attention_weights, out);
   const Workspace ws(p.samples_padded, pool.size());
   build_tables(p, ws, spatial_shapes, level_start);
   // 8 MiB (measured, docs/PERF.md): tiny's maps (2.5 MB at most) lose with prefetching, base's

@@ -63,7 +63,7 @@ namespace msda_detail {
 // Everything a kernel needs, checked once. Per-sample tables (index s = (h*L + l)*P + p, the
 // layout of one query's weights) repeat for every query, so they are built once per call, into
 // the calling thread's scratch (see Workspace in msda.cpp).
-struct Plan {
+struct KernelArgs {
   int64_t bs = 0, lv = 0, lq = 0, heads = 0, hd = 0, levels = 0, points = 0;
   int64_t samples = 0;         // heads * levels * points: samples per query
   int64_t samples_padded = 0;  // rounded up to 16 so vector loops read tables without a tail
@@ -94,14 +94,14 @@ struct Corners {
   int32_t* mask = nullptr;    // n
 };
 
-void prepare_corners_scalar(const Plan& plan, const float* loc_q, const float* attn_q, Corners& c);
+void prepare_corners_scalar(const KernelArgs& args, const float* loc_q, const float* attn_q, Corners& c);
 
 // Kernels over the flattened (b, q) range [begin, end), with `c` as their scratch.
-void run_scalar(const Plan& plan, Corners& c, int64_t begin, int64_t end);
-void run_avx2(const Plan& plan, Corners& c, int64_t begin, int64_t end);
+void run_scalar(const KernelArgs& args, Corners& c, int64_t begin, int64_t end);
+void run_avx2(const KernelArgs& args, Corners& c, int64_t begin, int64_t end);
 // The AVX-512 kernel takes a second Corners: it prepares query q+1 into one while it
 // accumulates query q from the other.
-void run_avx512(const Plan& plan, Corners& c, Corners& next, int64_t begin, int64_t end);
+void run_avx512(const KernelArgs& args, Corners& c, Corners& next, int64_t begin, int64_t end);
 
 }  // namespace msda_detail
 }  // namespace bev::cpu

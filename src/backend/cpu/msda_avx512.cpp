@@ -26,7 +26,7 @@ BEV_AVX512 inline __mmask16 first_lanes(int64_t count) {
 // bilinear weights) so the footprint and weights match it; only the attention weight is folded in.
 // Inlined into run_avx512 (GCC stopped doing so once the Corners came in as a parameter): the
 // constants and table pointers are then set up once per chunk, not once per query.
-BEV_AVX512 __attribute__((always_inline)) inline void prepare_corners_avx512(const Plan& p, const float* loc_q,
+BEV_AVX512 __attribute__((always_inline)) inline void prepare_corners_avx512(const KernelArgs& p, const float* loc_q,
                                                                            const float* attn_q, Corners& c) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
@@ -122,7 +122,7 @@ BEV_AVX512 void accumulate_group(const Corners& c, const float* vbase, int64_t r
 }
 
 // head_dim in groups of up to 32 columns (BEVFormer's head_dim is exactly one group).
-BEV_AVX512 void accumulate_head(const Plan& p, const Corners& c, const float* vbase, int64_t s_begin, int64_t s_end, float* o) {
+BEV_AVX512 void accumulate_head(const KernelArgs& p, const Corners& c, const float* vbase, int64_t s_begin, int64_t s_end, float* o) {
   for (int64_t g = 0; g < p.hd; g += 32) {
     const int64_t cols = std::min<int64_t>(32, p.hd - g);
     if (cols > 16)
@@ -137,7 +137,7 @@ BEV_AVX512 void accumulate_head(const Plan& p, const Corners& c, const float* vb
 // rows (four corners, up to eight heads, two map rows: dozens of short streams that each cross
 // a 4 KiB page every few queries), so without it nearly every corner of base's TSA waits on
 // DRAM. Corners outside the map hold row 0: a harmless prefetch.
-BEV_AVX512 void prefetch_rows(const Plan& p, const Corners& c, const float* vbatch) {
+BEV_AVX512 void prefetch_rows(const KernelArgs& p, const Corners& c, const float* vbatch) {
   const __m512i row_bytes = _mm512_set1_epi64(p.value_stride_row * static_cast<int64_t>(sizeof(float)));
   const __m512i head_bytes = _mm512_set1_epi64(p.value_stride_h * static_cast<int64_t>(sizeof(float)));
   const __m512i base = _mm512_set1_epi64(static_cast<int64_t>(reinterpret_cast<uintptr_t>(vbatch)));
@@ -165,7 +165,7 @@ BEV_AVX512 void prefetch_rows(const Plan& p, const Corners& c, const float* vbat
 // With step (3), the locations and weights of query bq, two queries ahead: one sequential stream,
 // yet in base's TSA their loads stalled about a quarter of the time (perf, one thread) while the
 // row prefetches kept the memory system busy; this took base TSA from 24.5-29.5 to 20.2-23.5 ms.
-BEV_AVX512 inline void prefetch_samples(const Plan& p, int64_t bq) {
+BEV_AVX512 inline void prefetch_samples(const KernelArgs& p, int64_t bq) {
   const char* loc = reinterpret_cast<const char*>(p.loc + bq * p.samples * 2);
   const char* attn = reinterpret_cast<const char*>(p.attn + bq * p.samples);
   for (int64_t off = 0; off < p.samples * 8; off += 64) _mm_prefetch(loc + off, _MM_HINT_T0);
@@ -174,12 +174,12 @@ BEV_AVX512 inline void prefetch_samples(const Plan& p, int64_t bq) {
 
 }  // namespace
 
-// With Plan::prefetch the loop runs one query ahead: query bq+1 is prepared into the other
+// With KernelArgs::prefetch the loop runs one query ahead: query bq+1 is prepared into the other
 // Corners and its rows prefetched before query bq accumulates. Prefetching at every shape was
 // tried: at tiny's shapes, whose maps sit in L2/L3, its instructions cost more than the stalls
 // they hide (bench_msda, 2 threads: tiny SCA 0.53 -> 0.93 ms, tiny TSA 0.70 -> 1.08; an earlier
 // try measured only tiny TSA and dropped prefetching altogether).
-BEV_AVX512 void run_avx512(const Plan& p, Corners& scratch, Corners& next_scratch, int64_t begin, int64_t end) {
+BEV_AVX512 void run_avx512(const KernelArgs& p, Corners& scratch, Corners& next_scratch, int64_t begin, int64_t end) {
   // Local copies of the pointers: the vector stores below may alias anything the compiler can
   // reach through a reference, which would reload them after every store.
   Corners c = scratch, next = next_scratch;

@@ -50,7 +50,7 @@ Tensor to_device(const Tensor& host) {
   if (host.device() != Device::kCpu) throw Error(ErrorKind::kInternal, "to_device of a device tensor");
   const Tensor src = host.contiguous();
   Tensor dst = empty(src.shape(), src.dtype());
-  check(cudaMemcpy(dst.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  check(cudaMemcpy(dst.device_ptr(), src.raw_data(), src.nbytes(), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
   return dst;
 }
 
@@ -58,7 +58,7 @@ Tensor to_host(const Tensor& device) {
   if (device.device() != Device::kCuda) throw Error(ErrorKind::kInternal, "to_host of a host tensor");
   if (!device.is_contiguous()) throw Error(ErrorKind::kUnsupported, "to_host of a strided device tensor");
   Tensor dst = Tensor::empty(device.shape(), device.dtype());
-  check(cudaMemcpy(dst.raw_data(), device.raw_data(), device.nbytes(), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  check(cudaMemcpy(dst.raw_data(), device.device_ptr(), device.nbytes(), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
   return dst;
 }
 
@@ -72,13 +72,13 @@ Tensor convert(const Tensor& device, DType dtype) {
   int status = -1;
   const DType from = device.dtype();
   if (from == DType::kF32 && dtype == DType::kBF16) {
-    status = kernels::f32_to_bf16(static_cast<const float*>(device.raw_data()), static_cast<uint16_t*>(out.raw_data()), n, nullptr);
+    status = kernels::f32_to_bf16(static_cast<const float*>(device.device_ptr()), static_cast<uint16_t*>(out.device_ptr()), n, nullptr);
   } else if (from == DType::kF32 && dtype == DType::kF16) {
-    status = kernels::f32_to_f16(static_cast<const float*>(device.raw_data()), static_cast<uint16_t*>(out.raw_data()), n, nullptr);
+    status = kernels::f32_to_f16(static_cast<const float*>(device.device_ptr()), static_cast<uint16_t*>(out.device_ptr()), n, nullptr);
   } else if (from == DType::kBF16 && dtype == DType::kF32) {
-    status = kernels::bf16_to_f32(static_cast<const uint16_t*>(device.raw_data()), static_cast<float*>(out.raw_data()), n, nullptr);
+    status = kernels::bf16_to_f32(static_cast<const uint16_t*>(device.device_ptr()), static_cast<float*>(out.device_ptr()), n, nullptr);
   } else if (from == DType::kF16 && dtype == DType::kF32) {
-    status = kernels::f16_to_f32(static_cast<const uint16_t*>(device.raw_data()), static_cast<float*>(out.raw_data()), n, nullptr);
+    status = kernels::f16_to_f32(static_cast<const uint16_t*>(device.device_ptr()), static_cast<float*>(out.device_ptr()), n, nullptr);
   } else {
     throw Error(ErrorKind::kUnsupported, std::string("device conversion ") + dtype_name(from) + " -> " + dtype_name(dtype));
   }

@@ -1,11 +1,10 @@
-#include "backend/plan.h"
+#include "backend/recorded_stage.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstring>
 #include <sstream>
 #include <unordered_set>
 
+#include "backend/backend.h"
 #include "bevformer/error.h"
 
 namespace bev {
@@ -17,18 +16,29 @@ size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 }  // namespace
 
-Plan::Plan(std::string name, std::vector<OpNode> nodes, const std::vector<Tensor>& keep)
+RecordedStage::RecordedStage(std::string name, std::vector<OpNode> nodes, const std::vector<Tensor>& keep,
+                             Backend& backend, const std::vector<Tensor>& bindable)
     : name_(std::move(name)), nodes_(std::move(nodes)) {
   std::unordered_set<const Storage*> pinned;
   for (const Tensor& t : keep) {
     if (t.defined()) pinned.insert(t.storage().get());
   }
-  // Buffers the plan owns: storages some node writes, unless pinned. Their lives run from the
+  for (const Tensor& t : bindable) {
+    if (!t.defined()) continue;
+    pinned.insert(t.storage().get());
+    bindable_.push_back(t.storage().get());
+  }
+  // Buffers the stage owns: storages some node writes, unless pinned. Their lives run from the
   // first write to the last read or write.
   for (size_t i = 0; i < nodes_.size(); ++i) {
     for (const Tensor& t : nodes_[i].outputs) {
       const Storage* s = t.storage().get();
-      if (pinned.count(s) || s->device() != Device::kCpu) continue;
+      if (pinned.count(s)) continue;
+      if (!s->is_deferred()) {
+        throw Error(ErrorKind::kInternal, "stage '" + name_ + "': node " + std::to_string(i) + " (" +
+                                              op_name(nodes_[i].kind) + ") writes memory the recording did not plan")
+            .hint("record with Ops::Mode::kPlan; in-place outputs must be planned buffers or kept tensors");
+      }
       auto [it, fresh] = placements_.try_emplace(s);
       if (fresh) {
         it->second.bytes = align_up(s->bytes());
@@ -42,14 +52,8 @@ Plan::Plan(std::string name, std::vector<OpNode> nodes, const std::vector<Tensor
       auto it = placements_.find(t.storage().get());
       if (it == placements_.end()) continue;
       if (i < it->second.first) {
-        // Read before any node writes it: an input of the stage that a later node overwrites
-        // in place. Its contents matter, so it cannot move.
-        if (t.storage()->is_deferred()) {
-          throw Error(ErrorKind::kInternal, "plan '" + name_ + "': node " + std::to_string(i) +
-                                                " reads a planned buffer before any node writes it");
-        }
-        placements_.erase(it);
-        continue;
+        throw Error(ErrorKind::kInternal, "stage '" + name_ + "': node " + std::to_string(i) +
+                                              " reads a planned buffer before any node writes it");
       }
       it->second.last = std::max(it->second.last, i);
     }
@@ -80,38 +84,56 @@ Plan::Plan(std::string name, std::vector<OpNode> nodes, const std::vector<Tensor
     arena_bytes_ = std::max(arena_bytes_, offset + p->bytes);
     placed.push_back(p);
   }
-  arena_ = Storage::allocate(std::max<size_t>(arena_bytes_, kAlign));
-  for (auto& [s, p] : placements_) {
-    moved_[s] = Storage::borrow(static_cast<char*>(arena_->data()) + p.offset, s->bytes(), arena_);
-  }
-  // Point every node at the arena. The recording's values are not carried over: replay
-  // recomputes every moved buffer before it is read. Deferred buffers that stay outside the
-  // arena (the pinned outputs) get their own memory now.
+  arena_ = backend.allocate(std::max<size_t>(arena_bytes_, kAlign));
+  for (auto& [s, p] : placements_) moved_[s] = Storage::slice(arena_, p.offset, s->bytes());
+  // Point every node at the arena. Deferred buffers that stay outside it (kept and bindable
+  // tensors) get backend memory of their own now; the first execution computes every value.
+  auto place_own = [&backend](const Tensor& t) {
+    if (t.defined() && t.storage()->is_deferred()) t.storage()->place(backend.allocate(t.storage()->bytes()));
+  };
   for (OpNode& n : nodes_) {
     for (std::vector<Tensor>* ts : {&n.inputs, &n.outputs}) {
       for (Tensor& t : *ts) {
         t = resolve(t);
-        if (t.defined()) t.storage()->materialize();
+        place_own(t);
       }
     }
   }
-  for (const Tensor& t : keep) {
-    if (t.defined()) t.storage()->materialize();
-  }
+  for (const Tensor& t : keep) place_own(t);
+  for (const Tensor& t : bindable) place_own(t);
 }
 
-Tensor Plan::resolve(const Tensor& t) const {
+Tensor RecordedStage::resolve(const Tensor& t) const {
   if (!t.defined()) return t;
   auto it = moved_.find(t.storage().get());
   if (it == moved_.end()) return t;
   return Tensor::view_of(it->second, t.dtype(), t.shape(), t.strides(), t.offset());
 }
 
-void Plan::replay(Backend& backend) const {
-  for (const OpNode& n : nodes_) backend.run(n);
+bool RecordedStage::is_bindable(const Tensor& t) const {
+  return t.defined() && std::find(bindable_.begin(), bindable_.end(), t.storage().get()) != bindable_.end();
 }
 
-std::string Plan::describe() const {
+bool RecordedStage::reads_before_writes(const Tensor& input, const Tensor& output) const {
+  const Storage* in = input.storage().get();
+  const Storage* out = output.storage().get();
+  size_t first_write = nodes_.size(), last_read = 0;
+  bool read = false;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    for (const Tensor& t : nodes_[i].outputs) {
+      if (t.storage().get() == out) first_write = std::min(first_write, i);
+    }
+    for (const Tensor& t : nodes_[i].inputs) {
+      if (t.storage().get() == in) {
+        last_read = i;
+        read = true;
+      }
+    }
+  }
+  return !read || last_read < first_write;
+}
+
+std::string RecordedStage::describe() const {
   std::ostringstream os;
   os << name_ << ": " << nodes_.size() << " ops, " << placements_.size() << " buffers, arena "
      << arena_bytes_ << " B (without reuse " << no_reuse_bytes_ << " B)\n";
@@ -123,8 +145,9 @@ std::string Plan::describe() const {
     os << "  out";
     for (const Tensor& t : n.outputs) {
       os << " " << t.describe();
-      const auto* base = static_cast<const char*>(arena_ ? arena_->data() : nullptr);
-      const auto* p = static_cast<const char*>(t.storage()->data());
+      // Compared as addresses only (never dereferenced): the arena may be device memory.
+      const auto base = reinterpret_cast<uintptr_t>(arena_ ? arena_->data() : nullptr);
+      const auto p = reinterpret_cast<uintptr_t>(t.storage()->data());
       if (base && p >= base && p < base + arena_bytes_) os << "@arena+" << (p - base);
     }
     os << "\n";

@@ -1,0 +1,105 @@
+#include "backend/backend.h"
+
+#include <chrono>
+
+#include "backend/recorded_stage.h"
+#include "bevformer/error.h"
+#include "core/small_vector.h"
+
+namespace bev {
+namespace {
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The bindings of one execution, undone however it ends (a throwing op included): a stage left
+// bound would read and write a stream's history on its next unbound run. Inline storage: an
+// execution allocates nothing.
+class Bound {
+ public:
+  Bound(const RecordedStage& stage, std::span<const StageBinding> bindings) {
+    for (const StageBinding& b : bindings) {
+      if (!stage.is_bindable(b.slot)) {
+        throw Error(ErrorKind::kInternal, "stage '" + stage.name() + "': " + b.slot.describe() + " is not bindable");
+      }
+      if (!b.target.defined() || b.target.shape() != b.slot.shape() || b.target.dtype() != b.slot.dtype() ||
+          !b.target.is_contiguous() || b.target.device() != b.slot.device() || b.slot.offset() != 0 ||
+          b.target.nbytes() < b.slot.storage()->bytes()) {
+        throw Error(ErrorKind::kInternal, "stage '" + stage.name() + "': binding " + b.slot.describe() + " to " +
+                                              (b.target.defined() ? b.target.describe() : std::string("nothing")))
+            .expected("a contiguous tensor of the same shape, dtype and device");
+      }
+      b.slot.storage()->bind_to(*b.target.storage(), static_cast<size_t>(b.target.offset()) * dtype_size(b.target.dtype()));
+      bound_.push_back(b.slot.storage().get());
+    }
+  }
+  ~Bound() {
+    for (Storage* s : bound_) s->unbind();
+  }
+  Bound(const Bound&) = delete;
+  Bound& operator=(const Bound&) = delete;
+
+ private:
+  SmallVector<Storage*, 4> bound_;
+};
+
+}  // namespace
+
+std::string BackendInfo::summary() const {
+  std::string s = backend + ": " + device;
+  if (!isa.empty()) s += ", " + isa;
+  if (threads > 0) s += ", " + std::to_string(threads) + " thread" + (threads == 1 ? "" : "s");
+  return s;
+}
+
+Tensor Backend::empty(const Shape& shape, DType dtype) {
+  const int64_t n = shape_numel(shape);
+  const size_t bytes = static_cast<size_t>(n) * dtype_size(dtype);
+  return Tensor::view_of(allocate(bytes), dtype, shape, contiguous_strides(shape), 0);
+}
+
+Tensor Backend::upload(const Tensor& host) {
+  Tensor t = empty(host.shape(), host.dtype());
+  write(t, host);
+  return t;
+}
+
+void Backend::check_write(const Tensor& dst, const Tensor& host_src) const {
+  if (!dst.defined() || !host_src.defined() || dst.shape() != host_src.shape() || dst.dtype() != host_src.dtype() ||
+      !dst.is_contiguous() || dst.device() != device() || host_src.device() != Device::kCpu) {
+    throw Error(ErrorKind::kInternal, std::string(name()) + " backend: write of " +
+                                          (host_src.defined() ? host_src.describe() : std::string("nothing")) + " into " +
+                                          (dst.defined() ? dst.describe() : std::string("nothing")))
+        .expected("a host tensor into a contiguous backend tensor of the same shape and dtype");
+  }
+}
+
+void Backend::check_copy(const Tensor& dst, const Tensor& src) const {
+  if (!dst.defined() || !src.defined() || dst.shape() != src.shape() || dst.dtype() != src.dtype() ||
+      !dst.is_contiguous() || dst.device() != device() || src.device() != device()) {
+    throw Error(ErrorKind::kInternal, std::string(name()) + " backend: copy of " +
+                                          (src.defined() ? src.describe() : std::string("nothing")) + " into " +
+                                          (dst.defined() ? dst.describe() : std::string("nothing")))
+        .expected("two tensors of this backend with the same shape and dtype, the destination contiguous");
+  }
+}
+
+void Backend::execute(const RecordedStage& stage, std::span<const StageBinding> bindings, std::vector<OpTime>* times) {
+  const Bound bound(stage, bindings);
+  if (times == nullptr) {
+    for (const OpNode& n : stage.nodes()) run(n);
+    return;
+  }
+  times->reserve(times->size() + stage.nodes().size());
+  for (const OpNode& n : stage.nodes()) times->push_back(run_timed(n));
+}
+
+OpTime Backend::run_timed(const OpNode& node) {
+  const int64_t t0 = steady_ns();
+  run(node);
+  return {t0, steady_ns() - t0};
+}
+
+}  // namespace bev

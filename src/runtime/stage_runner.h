@@ -1,0 +1,138 @@
+// StageRunner: runs BEVFormer's two stages (DESIGN §1) on a backend, frame by frame, as
+// forward_test does, with the temporal history. Each stage is recorded once per shape into a
+// RecordedStage (its activations in one arena of backend memory) and executed by the backend
+// every frame after (bit-identical to running it eagerly). The runner moves data across the host
+// boundary only through the backend: per-frame inputs are written into the recorded input
+// tensors, the top-k and boxes are read back, and a stream's previous BEV never leaves backend
+// memory: the stream owns one buffer, bound to the bev stage as both its previous-BEV input and
+// its new-BEV output (the stage reads the old one before it writes the new one).
+//
+// Lanes: a frame between its two stages holds an image lane (the image stage whose outputs
+// carry it); a plain runner has one lane, a pipelined one two, so that the image stage of one
+// frame runs while the bev stage of another does. Each stage runs one frame at a time.
+// Rigs: the bev stages read a rig's SCA query lists, so they are recorded per rig; the last four
+// rigs stay recorded (least recently used dropped), so vehicles with different rigs replay.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/bevformer.h"
+#include "model/geometry.h"
+#include "model/taps.h"
+
+namespace bev {
+
+// What a frame reads back to the host beyond its detections.
+struct FrameReads {
+  Taps* taps = nullptr;    // every golden-set tensor the frame produces, as host copies
+  bool bev_embed = false;  // FrameOutput::bev_embed (a copy of the new history)
+};
+
+struct FrameOutput {
+  std::vector<Detection> detections;  // NMSFreeCoder output of the last layer, by score
+  bool used_history = false;          // TSA saw the previous BEV
+  Tensor all_cls_scores;  // host f32 [layers, Q, classes]: logits
+  Tensor all_bbox_preds;  // host f32 [layers, Q, code_size]: centres in metres (spec §2.13)
+  Tensor bev_embed;       // host f32 [HW, C], when FrameReads::bev_embed or taps asked for it
+  // Wall time of the parts of this frame (seconds): host geometry, the two stages (inputs
+  // written, executed, outputs read back), and decoding the boxes.
+  double geometry_seconds = 0, image_seconds = 0, bev_seconds = 0, decode_seconds = 0;
+};
+
+// One stream's history (forward_test's prev_frame_info): the previous BEV, in the runner's
+// backend memory, and the raw pose of the previous frame. Streams own theirs; the runner keeps
+// one default history for single-stream use.
+struct StreamHistory {
+  TemporalState state;
+  Tensor prev_bev;  // [HW, C]: the last frame's bev_embed (replayed runners keep one buffer for life)
+};
+
+// A frame between its two stages: what StageRunner::run_image made, for run_bev of the same
+// frame. It holds one of the runner's image lanes until run_bev has read the lane's outputs, or
+// until it is destroyed. Move-only; it must not outlive its runner.
+class StagedFrame {
+ public:
+  StagedFrame();
+  ~StagedFrame();
+  StagedFrame(StagedFrame&&) noexcept;
+  StagedFrame& operator=(StagedFrame&&) noexcept;
+
+  bool empty() const { return s_ == nullptr; }
+  // When the image stage began its work (after waiting for a lane), and how long it took.
+  std::chrono::steady_clock::time_point started() const;
+  double image_seconds() const;
+
+ private:
+  friend class StageRunner;
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+class StageRunner {
+ public:
+  // replay: each stage is recorded once per input shape (and history variant) and executed by
+  // the backend after (bit-identical to eager); false runs every frame eagerly (debugging).
+  // pipelined: two image lanes (see above). `model` and `backend` outlive the runner, and
+  // `model` was loaded on `backend`.
+  StageRunner(const BevFormer& model, Backend& backend, bool replay = true, bool pipelined = false);
+  ~StageRunner();
+  StageRunner(const StageRunner&) = delete;
+  StageRunner& operator=(const StageRunner&) = delete;
+
+  const BevFormer& model() const;
+  Backend& backend();
+
+  // Runs one frame (both stages) and carries `history` to the next call, exactly as
+  // BEVFormer.forward_test. A frame that fails its checks throws before the history changes.
+  FrameOutput forward(const FrameInput& frame, StreamHistory& history, const FrameReads& reads = {});
+  // The same with the runner's own default history.
+  FrameOutput forward(const FrameInput& frame, const FrameReads& reads = {});
+  void reset_history();
+
+  // forward() is run_bev(frame, run_image(frame)). Apart, they pipeline: run_image of frame t+1
+  // on one thread runs while run_bev of frame t runs on another, with results identical to
+  // forward(). The image stage needs no history, so frames of one stream may be staged ahead;
+  // run_bev must see them in stream order. run_image waits for a free lane: a thread must not
+  // hold more unfinished StagedFrames than lanes() (it would wait for itself). A frame that fails
+  // its checks throws from run_image; run_bev takes only the frame that was staged.
+  StagedFrame run_image(const FrameInput& frame, const FrameReads& reads = {});
+  FrameOutput run_bev(const FrameInput& frame, StagedFrame staged, StreamHistory& history,
+                      const FrameReads& reads = {});
+  FrameOutput run_bev(const FrameInput& frame, StagedFrame staged, const FrameReads& reads = {});
+  int lanes() const;  // frames in flight at once: 2 when pipelined, else 1
+
+  // The recorded stages so far: per stage its ops, shapes, buffer offsets and arena size.
+  std::string describe() const;
+  // Executes every recorded stage once on the inputs it holds, with no host work around it (the
+  // allocation test and benchmarks time exactly the execution).
+  void replay_recorded_stages();
+  // The profiler's replays: one recorded stage on the inputs it holds, the image stage or the
+  // (untapped) bev stage of one history variant; false when it has not been recorded. A bev
+  // replay reads the last stream's current BEV as its previous one and writes the stage's own
+  // buffer: it never changes a stream. These and the describers wait until no frame is in flight.
+  bool replay_image_stage();
+  bool replay_bev_stage(bool with_history);
+
+  // The recorded stages as numbers (the profiler's memory report).
+  struct StageInfo {
+    std::string name;  // "image", "bev (with history)", ...
+    size_t ops = 0, buffers = 0;
+    size_t arena_bytes = 0;     // the activations, laid out by lifetime
+    size_t no_reuse_bytes = 0;  // the same buffers without sharing
+  };
+  std::vector<StageInfo> stage_info() const;
+  // How many rigs (lidar2img and padded size) needed their geometry computed: the last four
+  // stay cached with their bev stages, so vehicles with different rigs do not re-record.
+  size_t rigs_seen() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace bev
