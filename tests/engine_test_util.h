@@ -3,7 +3,11 @@
 // tests compare it; the engine itself reads it only when asked.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <cstring>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "backend/backend.h"
@@ -43,5 +47,24 @@ class LoadedModel {
   BevFormer model_;
   StageRunner runner_;
 };
+
+// Same dtype, shape and bytes (host tensors).
+inline bool identical(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         std::memcmp(a.contiguous().raw_data(), b.contiguous().raw_data(), a.nbytes()) == 0;
+}
+
+// Two runs of a frame gave the same bits: history use, the new BEV (when read), the heads' outputs
+// and every detection.
+inline void expect_same_output(const FrameOutput& a, const FrameOutput& b, const std::string& what) {
+  EXPECT_EQ(a.used_history, b.used_history) << what;
+  EXPECT_TRUE(identical(a.bev_embed, b.bev_embed)) << what;
+  EXPECT_TRUE(identical(a.all_cls_scores, b.all_cls_scores)) << what;
+  EXPECT_TRUE(identical(a.all_bbox_preds, b.all_bbox_preds)) << what;
+  ASSERT_EQ(a.detections.size(), b.detections.size()) << what;
+  for (size_t i = 0; i < a.detections.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&a.detections[i], &b.detections[i], sizeof(Detection)), 0) << what << ", box " << i;
+  }
+}
 
 }  // namespace bev::testing
