@@ -1,13 +1,12 @@
 // bevformer detect FRAME... [--weights FILE] [--config C] [-o OUT.json] [--render OUT.png]
-// [--gt INFO.json] [--dump DIR] [--nusc results_nusc.json] [--threads N] [--precision f32|bf16]:
+// [--gt INFO.json] [--dump DIR] [--nusc results_nusc.json] [--threads N] [--precision f32|bf16]
+// [--backend B]:
 // frames in, detections out.
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bevformer/error.h"
 #include "bevformer/model.h"
@@ -49,7 +48,7 @@ int run(const DetectArgs& a) {
                a.weights.empty() ? " with seeded random weights (no --weights): detections will be meaningless"
                                  : (" with " + a.weights).c_str());
   const std::unique_ptr<Model> model = Model::load(a.config, a.weights, knobs);
-  nlohmann::json all = nlohmann::json::array();
+  std::vector<std::string> documents;  // each frame's detections JSON, written as the engine built it
   std::vector<Detections> done;
   for (size_t k = 0; k < a.frames.size(); ++k) {
     DetectOptions opt;
@@ -67,7 +66,7 @@ int run(const DetectArgs& a) {
                   b.class_name.c_str(), b.center[0], b.center[1], b.center[2], b.size[0], b.size[1], b.size[2], b.yaw);
     }
     if (!opt.render_png.empty()) std::printf("  picture: %s\n", opt.render_png.c_str());
-    all.push_back(nlohmann::json::parse(d.json));
+    documents.push_back(d.json);
     if (!a.nusc.empty()) done.push_back(d);
   }
   if (!a.nusc.empty()) {
@@ -78,7 +77,13 @@ int run(const DetectArgs& a) {
   if (!a.output.empty()) {
     std::ofstream out(a.output, std::ios::binary);
     if (!out) throw Error(ErrorKind::kIo, "cannot write").where(a.output);
-    out << (a.frames.size() == 1 ? all[0] : nlohmann::json{{"frames", all}}).dump(1) << "\n";
+    if (documents.size() == 1) {
+      out << documents[0] << "\n";
+    } else {
+      out << "{\"frames\": [\n";
+      for (size_t k = 0; k < documents.size(); ++k) out << documents[k] << (k + 1 < documents.size() ? ",\n" : "\n");
+      out << "]}\n";
+    }
     if (!out) throw Error(ErrorKind::kIo, "write failed").where(a.output);
     std::printf("detections: %s\n", a.output.c_str());
   }
@@ -96,7 +101,7 @@ Runner add_detect(CLI::App& app) {
   sub->add_option("-o,--output", a->output, "Write the detections JSON here (one frame: the document; several: {\"frames\": [...]})");
   sub->add_option("--render", a->render, "Write a picture: cameras with projected boxes and a BEV panel (PNG; _<k> per frame when several)");
   sub->add_option("--gt", a->gt, "mmdet3d info file: draw its ground-truth boxes of the same timestamp too");
-  sub->add_option("--dump", a->dump, "Write every stage's tensors per frame as safetensors (golden-set names and layouts)");
+  sub->add_option("--dump", a->dump, "Write every stage's tensors per frame as DIR/<stream>_<k>.safetensors, k the frame's index in its stream (golden-set names and layouts)");
   sub->add_option("--nusc", a->nusc, "Write nuScenes results_nusc.json for the frames (needs their token and ego pose)");
   sub->add_option("--threads", a->threads, "CPU threads (0: one per hardware thread)")->capture_default_str();
   sub->add_option("--precision", a->precision, "f32 | bf16")->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
