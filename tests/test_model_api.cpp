@@ -3,6 +3,7 @@
 // clear error while the stream's history stays exactly as it was.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -54,6 +55,35 @@ TEST(ModelApi, GoldenFramesThroughTheFramePathGiveTheSetsDetections) {
   ASSERT_EQ(streams.size(), 1u);
   EXPECT_EQ(streams[0].frames, 3u);
   EXPECT_TRUE(streams[0].has_history);
+}
+
+// Each frame knows its index in its stream (it was 0 for every frame: the index was looked up in
+// a listing that skips the stream being run), titles and JSON carry it, and --dump writes one
+// file per frame named <stream>_<k>.safetensors instead of overwriting one. A scene change is
+// reported as a history reset and counted.
+TEST(ModelApi, FramesCarryTheirIndexAndDumpOneFileEach) {
+  const auto model = micro_model();
+  const std::filesystem::path dir = std::filesystem::path(BEV_BINARY_DIR) / "tests" / "model_api_dump";
+  std::filesystem::remove_all(dir);
+  DetectOptions opt;
+  opt.dump_dir = dir.string();
+  for (int k = 0; k < 3; ++k) {
+    const Detections d = model->detect(micro_frame_json(k).dump(), kMicroDir, opt);
+    EXPECT_EQ(d.frame_index, k);
+    EXPECT_EQ(json::parse(d.json)["frame_index"], k);
+    EXPECT_TRUE(std::filesystem::exists(dir / ("micro_" + std::to_string(k) + ".safetensors"))) << k;
+  }
+  json next = micro_frame_json(0);
+  next["timestamp"] = micro_frame_json(2)["timestamp"].get<double>() + 0.5;
+  next["scene"] = "another scene";
+  const Detections d = model->detect(next.dump(), kMicroDir);
+  EXPECT_EQ(d.frame_index, 3);
+  EXPECT_FALSE(d.used_history);
+  EXPECT_NE(d.history_reset.find("scene changed"), std::string::npos) << d.history_reset;
+  EXPECT_EQ(json::parse(d.json)["history_reset"], d.history_reset);
+  EXPECT_EQ(model->stream_totals().resets_scene, 1u);
+  EXPECT_EQ(model->device_info().backend, "cpu");
+  EXPECT_EQ(model->device_info().threads, 2);
 }
 
 TEST(ModelApi, BadFramesFailClearlyAndLeaveTheStreamAsItWas) {

@@ -96,6 +96,18 @@ TEST(Streams, GapsAndNonIncreasingTimestampsResetHistory) {
   EXPECT_EQ(reg.stats().resets_backwards, 1u);
 }
 
+// A stream past its TTL is gone from a listing at once, not only when another stream arrives.
+TEST(Streams, ExpiredStreamsLeaveTheListingWithoutNewArrivals) {
+  double now = 0;
+  StreamRegistry reg({.max_streams = 4, .idle_ttl_seconds = 10, .max_gap_seconds = 2.0}, [&] { return now; });
+  { auto lease = reg.acquire("car"); }
+  EXPECT_EQ(reg.list().size(), 1u);
+  now = 11;
+  EXPECT_TRUE(reg.list().empty());
+  EXPECT_EQ(reg.stats().evicted_ttl, 1u);
+  EXPECT_EQ(reg.stats().active, 0u);
+}
+
 TEST(Streams, DropForgetsAStream) {
   StreamRegistry reg;
   reg.acquire("x");
