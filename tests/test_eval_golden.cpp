@@ -10,6 +10,7 @@
 
 #include "bevformer/error.h"
 #include "eval/metrics.h"
+#include "eval/plots.h"
 #include "eval_test_util.h"
 
 namespace bev::eval {
@@ -136,6 +137,19 @@ TEST_P(GoldenCase, TextSummaryAsTheDevkitPrintsIt) {
                           detection_cvpr_2019());
   e.metrics.eval_time = 0.0;
   EXPECT_EQ(text_summary(e.metrics), read_text_file(dir + "/devkit_stdout.txt"));
+}
+
+TEST_P(GoldenCase, PlotsForEveryClassAndThreshold) {
+  const std::string dir = golden_dir() + "/" + GetParam();
+  const Evaluation e = evaluate(read_ground_truth(dir + "/gt.json"), read_results(dir + "/results_nusc.json", 500),
+                                detection_cvpr_2019());
+  const std::string out = testing::scratch_dir();
+  const std::vector<std::string> files = render_curves(e, out);
+  EXPECT_EQ(files.size(), 10u * 2 + 4);
+  for (const std::string& f : files) {
+    const std::string png = read_text_file(f);
+    EXPECT_EQ(png.substr(1, 3), "PNG") << f;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Nuseval, GoldenCase, ::testing::Values("tiny", "mixed"));

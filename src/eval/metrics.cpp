@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <limits>
 
+#include "core/log.h"
+
 namespace bev::eval {
 
 namespace {
@@ -87,6 +89,12 @@ double DetectionMetrics::nd_score() const {
 }
 
 Evaluation evaluate(const GroundTruth& gt, const Results& results, const DetectionConfig& cfg) {
+  // The devkit stops on these (filter_eval_boxes finds no box to read the class field from);
+  // every AP is 0 and every TP error 1 here, which is what such input deserves.
+  if (results.num_boxes() == 0) log_warn(results.source, ": no box in any sample (the devkit refuses this)");
+  size_t gt_boxes = 0;
+  for (const GtSample& s : gt.samples) gt_boxes += s.boxes.size();
+  if (gt_boxes == 0) log_warn(gt.source, ": no ground-truth box in any sample (the devkit refuses this)");
   const FilteredSet pred = filter_predictions(results, gt, cfg);
   const FilteredSet truth = filter_ground_truth(gt, cfg);
   const auto t0 = std::chrono::steady_clock::now();
