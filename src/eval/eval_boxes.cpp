@@ -15,13 +15,23 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 std::string in_quotes(const std::string& s) { return "'" + s + "'"; }
 
-// "results['tok'][3]" / "samples['tok'].boxes[3]": where a box is, as a user finds it in the file.
+// Where a box is, as a user finds it in the file: BEFORE + token + AFTER [+ "[index]"], e.g.
+// "results['tok'][3]" or "samples['tok'].boxes[3]". Built only for a message.
 struct BoxPlace {
   const std::string& where;
-  std::string path;
+  std::string_view before;
+  const std::string& token;
+  std::string_view after;
+  int64_t index = -1;
+
+  std::string path() const {
+    std::string p = std::string(before) + token + std::string(after);
+    if (index >= 0) p += "[" + std::to_string(index) + "]";
+    return p;
+  }
   [[noreturn]] void fail(const std::string& problem, const std::string& expected = {}) const {
     Error e(ErrorKind::kInvalidInput, problem);
-    e.where(where + ": " + path);
+    e.where(where + ": " + path());
     if (!expected.empty()) e.expected(expected);
     throw e;
   }
@@ -37,8 +47,8 @@ const ojson& member(const ojson& obj, const char* key, const BoxPlace& at) {
 template <size_t N>
 std::array<double, N> numbers(const ojson& obj, const char* key, const BoxPlace& at, bool allow_nan) {
   const ojson& v = member(obj, key, at);
-  const std::string what = std::string(key) + " " + v.dump();
-  if (!v.is_array() || v.size() != N) at.fail(what + " is not a list of " + std::to_string(N) + " numbers");
+  auto what = [&] { return std::string(key) + " " + v.dump(); };  // only for a message: dump is slow
+  if (!v.is_array() || v.size() != N) at.fail(what() + " is not a list of " + std::to_string(N) + " numbers");
   std::array<double, N> out{};
   for (size_t i = 0; i < N; ++i) {
     if (v[i].is_null()) {
@@ -46,7 +56,7 @@ std::array<double, N> numbers(const ojson& obj, const char* key, const BoxPlace&
     } else if (v[i].is_number()) {
       out[i] = v[i].get<double>();
     } else {
-      at.fail(what + " holds a " + std::string(v[i].type_name()), "numbers");
+      at.fail(what() + " holds a " + std::string(v[i].type_name()), "numbers");
     }
     if (std::isnan(out[i]) && !allow_nan) at.fail(std::string(key) + " may not be NaN");
   }
@@ -98,10 +108,6 @@ EvalBox parse_box(const ojson& b, bool ground_truth, const BoxPlace& at) {
     }
   }
   return box;
-}
-
-std::string results_path(const std::string& token, size_t i) {
-  return "results['" + token + "'][" + std::to_string(i) + "]";
 }
 
 }  // namespace
@@ -165,7 +171,7 @@ Results parse_results(std::string_view text, const std::string& where, int64_t m
     } else if (depth == 3 && event != Event::object_start) {
       ResultSample& s = r.samples[current];
       const size_t i = s.boxes.size();
-      const BoxPlace at{where, results_path(s.token, i)};
+      const BoxPlace at{where, "results['", s.token, "']", static_cast<int64_t>(i)};
       if (event != Event::object_end) at.fail("is not a box object");
       EvalBox box = parse_box(parsed, false, at);
       const ojson* token = nullptr;
@@ -235,16 +241,15 @@ GroundTruth ground_truth_from_json(const ojson& j, const std::string& where) {
     const std::string path = "samples['" + token + "']";
     if (!s.is_object()) fail(path, "is not an object", "{\"ego_pose\", \"boxes\", \"bike_racks\"?}");
     GtSample& out = gt.add_sample(token);
-    const BoxPlace at{where, path};
     const auto pose = s.find("ego_pose");
     if (pose == s.end() || !pose->is_object()) fail(path + ".ego_pose", "is missing", "{\"translation\", \"rotation\"}");
-    const BoxPlace pose_at{where, path + ".ego_pose"};
+    const BoxPlace pose_at{where, "samples['", token, "'].ego_pose"};
     out.ego_translation = numbers<3>(*pose, "translation", pose_at, false);
     if (pose->contains("rotation")) out.ego_rotation = numbers<4>(*pose, "rotation", pose_at, false);
     if (const auto racks = s.find("bike_racks"); racks != s.end()) {
       if (!racks->is_array()) fail(path + ".bike_racks", "is not a list", "[{translation, size, rotation}, ...]");
       for (size_t i = 0; i < racks->size(); ++i) {
-        const BoxPlace rack_at{where, path + ".bike_racks[" + std::to_string(i) + "]"};
+        const BoxPlace rack_at{where, "samples['", token, "'].bike_racks", static_cast<int64_t>(i)};
         const ojson& rj = (*racks)[i];
         if (!rj.is_object()) rack_at.fail("is not an object");
         out.bike_racks.push_back(BikeRack{numbers<3>(rj, "translation", rack_at, false),
@@ -255,7 +260,7 @@ GroundTruth ground_truth_from_json(const ojson& j, const std::string& where) {
     const auto boxes = s.find("boxes");
     if (boxes == s.end() || !boxes->is_array()) fail(path + ".boxes", "is missing or not a list", "[box, ...]");
     for (size_t i = 0; i < boxes->size(); ++i) {
-      EvalBox b = parse_box((*boxes)[i], true, BoxPlace{where, path + ".boxes[" + std::to_string(i) + "]"});
+      EvalBox b = parse_box((*boxes)[i], true, BoxPlace{where, "samples['", token, "'].boxes", static_cast<int64_t>(i)});
       b.sample = static_cast<uint32_t>(gt.samples.size() - 1);
       b.index = static_cast<uint32_t>(i);
       out.boxes.push_back(b);
