@@ -266,6 +266,47 @@ TEST(Evaluate, AMatchedBoxWithAZeroSizeIsRefused) {
   }
 }
 
+// results_nusc.json is read from parser events; shapes the devkit refuses are refused with the
+// place named, fields it ignores are skipped however deep, and meta comes back as it was.
+TEST(ResultsReader, ShapesAndPlaces) {
+  const std::string box = R"({"sample_token": "a", "translation": [1, 2, 3], "size": [1, 2, 3],
+      "rotation": [1, 0, 0, 0], "velocity": [null, 0.5], "detection_name": "car", "detection_score": 0.5,
+      "attribute_name": "")";
+  auto read = [](const std::string& text) { return parse_results(text, "r.json", 500); };
+  auto message = [&](const std::string& text) {
+    try {
+      read(text);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const Results r = read(R"({"results": {"a": [)" + box + R"(, "extra": {"x": [1, [2, {"y": 3}]]},
+      "detection_name": "truck"}], "b": []}, "meta": {"m": [1, {"n": null}], "s": "t"}})");
+  ASSERT_EQ(r.samples.size(), 2u);
+  EXPECT_EQ(r.samples[0].boxes[0].detection, *detection_index("truck"));  // a repeated key: the last
+  EXPECT_TRUE(std::isnan(r.samples[0].boxes[0].velocity[0]));
+  EXPECT_EQ(r.meta, ojson::parse(R"({"m": [1, {"n": null}], "s": "t"})"));
+  EXPECT_EQ(read(R"({"meta": 5, "results": {}})").meta, ojson(5));
+  EXPECT_NE(message(R"({"meta": {}, "results": []})").find("'results' is not an object"), std::string::npos);
+  EXPECT_NE(message(R"({"meta": {}, "results": {"a": {}}})").find("results['a']: is not a list"), std::string::npos);
+  EXPECT_NE(message(R"({"meta": {}, "results": {"a": [5]}})").find("results['a'][0]: is not a box"), std::string::npos);
+  EXPECT_NE(message(R"({"meta": {}, "results": {"a": [)" + box + R"(, "translation": [1, [2], 3]}]}})").find(
+                "translation holds"), std::string::npos);
+  EXPECT_NE(message(R"({"meta": {}, "results": {"a": [)" + box + R"(, "size": {"w": 1}}]}})").find(
+                "size is an object"), std::string::npos);
+  EXPECT_NE(message(R"({"meta": {}, "results": {"a": [)" + box + R"(, "detection_score": "high"}]}})").find(
+                "detection_score is the string 'high'"), std::string::npos);
+  EXPECT_NE(message(R"({"meta": {}, "results": {"a": [)").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(message(R"([1, 2])").find("is a list"), std::string::npos);
+  EXPECT_NE(message(R"({"results": {}})").find("'meta'"), std::string::npos);
+  // A box listed under another sample's key keeps its own token for matching.
+  const Results moved = read(R"({"meta": {}, "results": {"b": [)" + box + R"(}]}})");
+  ASSERT_EQ(moved.samples[0].own_tokens.size(), 1u);
+  EXPECT_EQ(moved.samples[0].own_tokens[0].second, "a");
+}
+
 TEST(PythonJson, FloatReprAsPython) {
   EXPECT_EQ(python_float_repr(1.0), "1.0");
   EXPECT_EQ(python_float_repr(0.1), "0.1");
