@@ -24,8 +24,18 @@ printf 'application/json\n{%s,"cameras":[{%s,"image":{"base64":"%s"}}]}' "$frame
   echo -n "$png" | base64 -d
   printf '\r\n--B--\r\n'
 } >"$work/seeds/fuzz_server_request/multipart"
+# fuzz_eval_results: results_nusc.json, then \x1e and nuseval-gt-1 (one car matched, one NaN velocity).
+mkdir -p "$work/seeds/fuzz_eval_results"
+box='"translation":[10.0,0.5,1.0],"size":[1.9,4.6,1.7],"rotation":[1.0,0.0,0.0,0.0]'
+{
+  printf '{"meta":{"use_camera":true},"results":{"s0":[{"sample_token":"s0",%s,"velocity":[1.0,0.0],' "$box"
+  printf '"detection_name":"car","detection_score":0.5,"attribute_name":"vehicle.moving"}],"s1":[]}}\x1e'
+  printf '{"format":"nuseval-gt-1","samples":{"s0":{"ego_pose":{"translation":[0.0,0.0,0.0]},"boxes":[{%s,' "$box"
+  printf '"velocity":[NaN,NaN],"detection_name":"car","attribute_name":"","num_pts":3}]},'
+  printf '"s1":{"ego_pose":{"translation":[5.0,0.0,0.0]},"bike_racks":[{%s}],"boxes":[]}}}' "$box"
+} >"$work/seeds/fuzz_eval_results/pair"
 fail=0
-for target in fuzz_pth fuzz_safetensors fuzz_pickle fuzz_frame_json fuzz_server_request; do
+for target in fuzz_pth fuzz_safetensors fuzz_pickle fuzz_frame_json fuzz_server_request fuzz_eval_results; do
   mkdir -p "$work/$target"
   cp "$work/seeds/$target"/* "$work/$target/"
   if "$dir/bin/$target" "$work/$target" -max_total_time="$seconds" -max_len=65536 -timeout=10 \

@@ -20,6 +20,8 @@ Runner add_random_weights(CLI::App& app);
 Runner add_profile(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_serve(CLI::App& app);
+Runner add_eval(CLI::App& app);
+Runner add_merge_results(CLI::App& app);
 
 // Maps an exception escaping a command to a message on stderr and an exit code.
 int report_exception();

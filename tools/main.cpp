@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
   add(&bev::cli::add_profile);
   add(&bev::cli::add_bench);
   add(&bev::cli::add_serve);
+  add(&bev::cli::add_eval);
+  add(&bev::cli::add_merge_results);
 
   try {
     app.parse(argc, argv);

@@ -285,7 +285,12 @@ nlohmann::json NuscResults::to_json() const {
   nlohmann::json results = nlohmann::json::object();
   for (const auto& [token, boxes] : results_) {
     nlohmann::json list = nlohmann::json::array();
-    for (const NuscBox& b : boxes) list.push_back(bev::to_json(b));
+    for (const NuscBox& b : boxes) {
+      // The devkit's DetectionBox.deserialize reads each box's own sample_token (KeyError without).
+      nlohmann::json jb = bev::to_json(b);
+      jb["sample_token"] = token;
+      list.push_back(std::move(jb));
+    }
     results[token] = std::move(list);
   }
   return {{"meta",
