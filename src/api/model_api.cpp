@@ -226,12 +226,10 @@ Detections Model::detect_text(const std::string& text, const std::string& base_d
   if (!r.history_reset.empty()) j["history_reset"] = r.history_reset;
   d.json = j.dump(1);
   if (r.token && r.poses) {
-    nlohmann::json boxes = nlohmann::json::array();
     NuscResults nusc;
     nusc.add_sample(*r.token, r.detections, cfg.class_names, *r.poses);
-    for (const NuscBox& b : nusc.sample(*r.token)) boxes.push_back(to_json(b));
     d.sample_token = *r.token;
-    d.nuscenes_json = boxes.dump();
+    d.nuscenes_json = nusc.sample_json(*r.token).dump();
   }
   d.output_seconds = r.decode_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_output).count();
 

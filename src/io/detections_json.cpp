@@ -273,6 +273,17 @@ void NuscResults::add_sample(const std::string& sample_token, const std::vector<
   results_.emplace(sample_token, std::move(boxes));
 }
 
+nlohmann::json NuscResults::sample_json(const std::string& sample_token) const {
+  nlohmann::json list = nlohmann::json::array();
+  for (const NuscBox& b : sample(sample_token)) {
+    // The devkit's DetectionBox.deserialize reads each box's own sample_token (KeyError without).
+    nlohmann::json jb = bev::to_json(b);
+    jb["sample_token"] = sample_token;
+    list.push_back(std::move(jb));
+  }
+  return list;
+}
+
 const std::vector<NuscBox>& NuscResults::sample(const std::string& sample_token) const {
   const auto it = results_.find(sample_token);
   if (it == results_.end()) {
@@ -283,16 +294,7 @@ const std::vector<NuscBox>& NuscResults::sample(const std::string& sample_token)
 
 nlohmann::json NuscResults::to_json() const {
   nlohmann::json results = nlohmann::json::object();
-  for (const auto& [token, boxes] : results_) {
-    nlohmann::json list = nlohmann::json::array();
-    for (const NuscBox& b : boxes) {
-      // The devkit's DetectionBox.deserialize reads each box's own sample_token (KeyError without).
-      nlohmann::json jb = bev::to_json(b);
-      jb["sample_token"] = token;
-      list.push_back(std::move(jb));
-    }
-    results[token] = std::move(list);
-  }
+  for (const auto& [token, boxes] : results_) results[token] = sample_json(token);
   return {{"meta",
            {{"use_camera", true}, {"use_lidar", false}, {"use_radar", false}, {"use_map", false},
             {"use_external", true}}},

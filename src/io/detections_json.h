@@ -99,6 +99,8 @@ class NuscResults {
                   const std::vector<std::string>& class_names, const FramePoses& poses);
   size_t num_samples() const { return results_.size(); }
   const std::vector<NuscBox>& sample(const std::string& sample_token) const;  // throws kNotFound
+  // One sample's list as results_nusc.json holds it (each box with its sample_token).
+  nlohmann::json sample_json(const std::string& sample_token) const;
   nlohmann::json to_json() const;
 
  private:
