@@ -1,16 +1,29 @@
 // bevformer detect FRAME... [--weights FILE] [--config C] [-o OUT.json] [--render OUT.png]
-// [--gt INFO.json] [--dump DIR] [--nusc results_nusc.json] [--threads N] [--precision f32|bf16]
-// [--backend B]:
-// frames in, detections out.
+// [--gt INFO.json] [--dump DIR] [--nusc results_nusc.json [--resume]] [--shard K/N]
+// [--threads N] [--precision f32|bf16] [--backend B] [--top N]: frames in, detections out.
+//
+// Dataset-scale runs: --nusc writes results_nusc.json one sample at a time (a crash keeps what was
+// done), --resume skips the scenes already written, --shard K/N runs the K-th of N scene-whole
+// parts (a scene's frames carry history, so they stay in order on one worker), and progress goes
+// to stderr with the rate and an ETA.
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "bevformer/error.h"
 #include "bevformer/model.h"
 #include "commands.h"
+#include "eval/results_writer.h"
+#include "eval/shard.h"
 
 namespace bev::cli {
 namespace {
@@ -24,6 +37,8 @@ struct DetectArgs {
   std::string gt;
   std::string dump;
   std::string nusc;
+  bool resume = false;
+  std::string shard;
   int threads = 0;
   std::string precision = "f32";
   std::string backend = "cpu";
@@ -39,7 +54,107 @@ std::string numbered(const std::string& path, size_t k, size_t n) {
   return stem + "_" + std::to_string(k) + ext;
 }
 
+// What the run plan needs of a frame file, read before the model loads: a missing or malformed
+// file fails in a second, not after a minute of loading weights.
+struct FramePeek {
+  std::string path;
+  std::string scene_key;  // the frame's "scene", else its stream: frames sharing history
+  std::string token;      // "" when the frame has none
+};
+
+FramePeek peek_frame(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorKind::kNotFound, "cannot open the frame file").where(path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorKind::kInvalidInput, std::string("not JSON: ") + e.what()).where(path);
+  }
+  FramePeek p;
+  p.path = path;
+  if (!j.is_object() || !j.contains("stream") || !j["stream"].is_string()) {
+    throw Error(ErrorKind::kInvalidInput, "no \"stream\"").where(path).expected("a frame JSON (docs/FORMATS.md)");
+  }
+  p.scene_key = j.contains("scene") && j["scene"].is_string() ? j["scene"].get<std::string>()
+                                                              : "stream:" + j["stream"].get<std::string>();
+  if (j.contains("token") && j["token"].is_string()) p.token = j["token"].get<std::string>();
+  return p;
+}
+
+// An output path that a long run could only fail to write at its end: its folder must exist and be
+// writable, and an existing file must be a writable regular file.
+void check_writable(const std::string& path, const char* option) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return;
+  const fs::path p(path);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0) {
+    throw Error(ErrorKind::kInvalidInput, "its folder " + dir.string() + " does not exist or is not writable")
+        .where(std::string(option) + " " + path);
+  }
+  if (fs::exists(p, ec) && (!fs::is_regular_file(p, ec) || ::access(path.c_str(), W_OK) != 0)) {
+    throw Error(ErrorKind::kInvalidInput, "exists and is not a writable file").where(std::string(option) + " " + path);
+  }
+}
+
+std::string duration_text(double s) {
+  char buf[64];
+  if (s >= 3600) {
+    std::snprintf(buf, sizeof buf, "%dh%02dm", static_cast<int>(s / 3600), static_cast<int>(s / 60) % 60);
+  } else if (s >= 60) {
+    std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(s / 60), static_cast<int>(s) % 60);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1fs", s);
+  }
+  return buf;
+}
+
 int run(const DetectArgs& a) {
+  if (a.resume && a.nusc.empty()) {
+    throw Error(ErrorKind::kInvalidInput, "--resume without --nusc").expected("--nusc FILE: the results to resume");
+  }
+  std::vector<FramePeek> frames;
+  for (const std::string& f : a.frames) frames.push_back(peek_frame(f));
+  check_writable(a.output, "-o");
+  check_writable(a.nusc, "--nusc");
+  if (!a.render.empty()) check_writable(numbered(a.render, 0, a.frames.size()), "--render");
+
+  // The frames this worker runs: its shard's scenes, in input order.
+  std::vector<size_t> todo(frames.size());
+  for (size_t k = 0; k < todo.size(); ++k) todo[k] = k;
+  if (!a.shard.empty()) {
+    const eval::ShardSpec s = eval::parse_shard(a.shard);
+    std::vector<std::string> scenes;
+    for (const FramePeek& f : frames) scenes.push_back(f.scene_key);
+    todo = eval::shard_by_scene(scenes, s.index, s.count);
+    std::fprintf(stderr, "detect: shard %s: %zu of %zu frames\n", a.shard.c_str(), todo.size(), frames.size());
+  }
+  std::unique_ptr<eval::ResultsWriter> results;
+  if (!a.nusc.empty()) {
+    // The meta block of the submission format, in the devkit's key order.
+    const eval::ojson meta = eval::ojson::parse(nuscenes_results_json({}))["meta"];
+    results = std::make_unique<eval::ResultsWriter>(a.nusc, meta, a.resume);
+  }
+  if (a.resume && results) {
+    // A scene is skipped only when every one of its samples is written: a partly written scene
+    // runs again from its first frame (its history), without writing its samples twice.
+    std::map<std::string, bool> scene_done;
+    for (size_t k : todo) {
+      const bool written = !frames[k].token.empty() && results->has_sample(frames[k].token);
+      auto [it, fresh] = scene_done.try_emplace(frames[k].scene_key, written);
+      if (!fresh) it->second = it->second && written;
+    }
+    std::vector<size_t> left;
+    for (size_t k : todo) {
+      if (!scene_done[frames[k].scene_key]) left.push_back(k);
+    }
+    std::fprintf(stderr, "detect: --resume: %zu sample(s) already in %s; %zu of %zu frames left\n",
+                 results->samples().size(), a.nusc.c_str(), left.size(), todo.size());
+    todo = std::move(left);
+  }
+
   Knobs knobs;
   knobs.threads = a.threads;
   knobs.precision = a.precision;
@@ -49,30 +164,45 @@ int run(const DetectArgs& a) {
                                  : (" with " + a.weights).c_str());
   const std::unique_ptr<Model> model = Model::load(a.config, a.weights, knobs);
   std::vector<std::string> documents;  // each frame's detections JSON, written as the engine built it
-  std::vector<Detections> done;
-  for (size_t k = 0; k < a.frames.size(); ++k) {
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t written = 0;
+  for (size_t i = 0; i < todo.size(); ++i) {
+    const size_t k = todo[i];
     DetectOptions opt;
     if (!a.render.empty()) opt.render_png = numbered(a.render, k, a.frames.size());
     opt.ground_truth_info = a.gt;
     opt.dump_dir = a.dump;
-    std::fprintf(stderr, "detect: frame %zu/%zu %s\n", k + 1, a.frames.size(), a.frames[k].c_str());
-    const Detections d = model->detect_file(a.frames[k], opt);
-    std::printf("%s  stream %s  t=%.6f  %s  %zu boxes  %.2f s%s\n", a.frames[k].c_str(), d.stream.c_str(), d.timestamp,
+    const Detections d = model->detect_file(frames[k].path, opt);
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double per_frame = elapsed / static_cast<double>(i + 1);
+    std::fprintf(stderr, "detect: frame %zu/%zu %s: %.2f s/frame, ETA %s\n", i + 1, todo.size(), frames[k].path.c_str(),
+                 per_frame, duration_text(per_frame * static_cast<double>(todo.size() - i - 1)).c_str());
+    std::printf("%s  stream %s  t=%.6f  %s  %zu boxes  %.2f s%s\n", frames[k].path.c_str(), d.stream.c_str(), d.timestamp,
                 d.used_history ? "history" : "first frame", d.boxes.size(), d.seconds,
                 d.untrained ? "  (UNTRAINED weights: boxes are meaningless)" : "");
-    for (size_t i = 0; i < d.boxes.size() && static_cast<int>(i) < a.top; ++i) {
-      const Box& b = d.boxes[i];
-      std::printf("  %5.3f %-20s x %7.2f y %7.2f z %6.2f  w %5.2f l %5.2f h %5.2f  yaw %6.2f\n", b.score,
-                  b.class_name.c_str(), b.center[0], b.center[1], b.center[2], b.size[0], b.size[1], b.size[2], b.yaw);
+    for (size_t b = 0; b < d.boxes.size() && static_cast<int>(b) < a.top; ++b) {
+      const Box& x = d.boxes[b];
+      std::printf("  %5.3f %-20s x %7.2f y %7.2f z %6.2f  w %5.2f l %5.2f h %5.2f  yaw %6.2f\n", x.score,
+                  x.class_name.c_str(), x.center[0], x.center[1], x.center[2], x.size[0], x.size[1], x.size[2], x.yaw);
     }
     if (!opt.render_png.empty()) std::printf("  picture: %s\n", opt.render_png.c_str());
-    documents.push_back(d.json);
-    if (!a.nusc.empty()) done.push_back(d);
+    if (!a.output.empty()) documents.push_back(d.json);
+    if (results) {
+      if (d.nuscenes_json.empty()) {
+        throw Error(ErrorKind::kInvalidInput, "the frame has no sample token or no ego pose")
+            .where(frames[k].path)
+            .expected("\"token\" and \"T_world_from_ego\" in the frame for --nusc (convert-info writes both)");
+      }
+      if (!results->has_sample(d.sample_token)) {
+        results->add_sample(d.sample_token, eval::ojson::parse(d.nuscenes_json));
+        ++written;
+      }
+    }
   }
-  if (!a.nusc.empty()) {
-    std::ofstream out(a.nusc, std::ios::binary);
-    if (!(out << nuscenes_results_json(done) << "\n")) throw Error(ErrorKind::kIo, "cannot write").where(a.nusc);
-    std::printf("nuScenes results: %s (%zu sample(s))\n", a.nusc.c_str(), done.size());
+  if (results) {
+    results->finish();
+    std::printf("nuScenes results: %s (%zu sample(s), %zu written by this run)\n", a.nusc.c_str(),
+                results->samples().size(), written);
   }
   if (!a.output.empty()) {
     std::ofstream out(a.output, std::ios::binary);
@@ -102,7 +232,9 @@ Runner add_detect(CLI::App& app) {
   sub->add_option("--render", a->render, "Write a picture: cameras with projected boxes and a BEV panel (PNG; _<k> per frame when several)");
   sub->add_option("--gt", a->gt, "mmdet3d info file: draw its ground-truth boxes of the same timestamp too");
   sub->add_option("--dump", a->dump, "Write every stage's tensors per frame as DIR/<stream>_<k>.safetensors, k the frame's index in its stream (golden-set names and layouts)");
-  sub->add_option("--nusc", a->nusc, "Write nuScenes results_nusc.json for the frames (needs their token and ego pose)");
+  sub->add_option("--nusc", a->nusc, "Write nuScenes results_nusc.json, one sample at a time as frames finish (needs their token and ego pose)");
+  sub->add_flag("--resume", a->resume, "With --nusc: keep the samples already in the file and skip the scenes they complete");
+  sub->add_option("--shard", a->shard, "Run only the K-th of N parts (K/N, 1-based), split by scene so history stays on one worker");
   sub->add_option("--threads", a->threads, "CPU threads (0: one per hardware thread)")->capture_default_str();
   sub->add_option("--precision", a->precision, "f32 | bf16")->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
   add_backend_option(sub, a->backend);
