@@ -33,13 +33,18 @@ struct FrameRequest {
   size_t cameras = 0;
   std::string frame_json;  // the frame again, every camera's "image" naming an entry of `images`
   AttachedImages images;   // views into `storage`
-  std::vector<std::shared_ptr<const std::string>> storage;
+  std::vector<std::shared_ptr<const void>> storage;  // the multipart body, or the decoded inline images
+  size_t held_bytes = 0;     // bytes in `storage` and frame_json
+  size_t decoded_bytes = 0;  // what the images decode to: width x height x 3 bytes each
 };
 
 // Stream ids: 1 to 128 characters of [A-Za-z0-9._:-].
 bool valid_stream_id(std::string_view id);
 
-// Throws ApiError (400 malformed, 413 over a limit, 415 unsupported content type).
+// Throws ApiError (400 malformed, 413 over a limit, 415 unsupported content type or charset).
+// Every image is decoded once here without keeping its pixels (io/image.h verify_image_data), so
+// corrupt image data is a 400 before the frame takes a queue slot. The body is freed as soon as
+// it is parsed (a JSON body) or kept as the images' storage (multipart: the parts are views).
 FrameRequest parse_frame_request(std::string_view stream, std::string_view content_type, std::string body,
                                  const RequestLimits& limits);
 
