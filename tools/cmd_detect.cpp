@@ -12,6 +12,7 @@
 #include "bevformer/error.h"
 #include "bevformer/model.h"
 #include "commands.h"
+#include "core/log.h"
 
 namespace bev::cli {
 namespace {
@@ -43,9 +44,8 @@ int run(const DetectArgs& a) {
   Knobs knobs;
   knobs.threads = a.threads;
   knobs.precision = a.precision;
-  std::fprintf(stderr, "detect: loading %s%s\n", a.config.c_str(),
-               a.weights.empty() ? " with seeded random weights (no --weights): detections will be meaningless"
-                                 : (" with " + a.weights).c_str());
+  log_info("detect: loading ", a.config,
+           a.weights.empty() ? " with seeded random weights (no --weights): detections will be meaningless" : " with " + a.weights);
   const std::unique_ptr<Model> model = Model::load(a.config, a.weights, knobs);
   nlohmann::json all = nlohmann::json::array();
   std::vector<Detections> done;
@@ -54,7 +54,7 @@ int run(const DetectArgs& a) {
     if (!a.render.empty()) opt.render_png = numbered(a.render, k, a.frames.size());
     opt.ground_truth_info = a.gt;
     opt.dump_dir = a.dump;
-    std::fprintf(stderr, "detect: frame %zu/%zu %s\n", k + 1, a.frames.size(), a.frames[k].c_str());
+    log_info("detect: frame ", k + 1, "/", a.frames.size(), " ", a.frames[k]);
     const Detections d = model->detect_file(a.frames[k], opt);
     std::printf("%s  stream %s  t=%.6f  %s  %zu boxes  %.2f s%s\n", a.frames[k].c_str(), d.stream.c_str(), d.timestamp,
                 d.used_history ? "history" : "first frame", d.boxes.size(), d.seconds,
@@ -96,7 +96,7 @@ Runner add_detect(CLI::App& app) {
   sub->add_option("--gt", a->gt, "mmdet3d info file: draw its ground-truth boxes of the same timestamp too");
   sub->add_option("--dump", a->dump, "Write every stage's tensors per frame as safetensors (golden-set names and layouts)");
   sub->add_option("--nusc", a->nusc, "Write nuScenes results_nusc.json for the frames (needs their token and ego pose)");
-  sub->add_option("--threads", a->threads, "CPU threads (0: one per hardware thread)")->capture_default_str();
+  sub->add_option("--threads", a->threads, "CPU threads (0: one per hardware thread)")->capture_default_str()->check(CLI::Range(0, 1024));
   sub->add_option("--precision", a->precision, "f32 | bf16")->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
   sub->add_option("--top", a->top, "Boxes printed per frame")->capture_default_str();
   return [a]() { return run(*a); };

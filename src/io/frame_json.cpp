@@ -21,7 +21,6 @@ using ojson = nlohmann::ordered_json;
 constexpr int kMaxDepth = 16;           // the schema needs 4 (cameras[i].K[r][c])
 constexpr double kRigidTolerance = 1e-4;  // |RᵀR − I| of T_* matrices
 constexpr double kExactTolerance = 1e-9;  // structural zeros and ones (bottom rows, K's last row)
-constexpr uint64_t kMaxFrameFileBytes = 1ull << 30;
 
 // Field paths as a user reads them: "cameras[2].K[1][0]".
 using json_checks::item_path;
@@ -133,7 +132,9 @@ void check_intrinsics(const Mat3& k, const std::string& where, const std::string
   }
 }
 
-CameraSpec parse_camera(const json& c, const std::string& where, const std::string& path) {
+// `consume`: the tree is the caller's own non-const object (parse_frame_json's), so each inline
+// image's base64 text may be freed once decoded: the text and its bytes never coexist in full.
+CameraSpec parse_camera(const json& c, const std::string& where, const std::string& path, bool consume) {
   if (!c.is_object()) fail(where, path, "is " + describe(c), "a camera object {name, image, K, T_ego_from_cam | lidar2img}");
   check_fields(c, where, path, {"name", "image", "K", "T_ego_from_cam", "lidar2img"});
   CameraSpec cam;
@@ -153,6 +154,7 @@ CameraSpec parse_camera(const json& c, const std::string& where, const std::stri
     if (!b.is_string()) fail(where, join_path(ip, "base64"), "is " + describe(b), "a base64 string");
     cam.image_bytes = base64_decode(b.get_ref<const std::string&>(), where + ": " + join_path(ip, "base64"));
     if (cam.image_bytes.empty()) fail(where, join_path(ip, "base64"), "is empty", "the image file's bytes, base64-encoded");
+    if (consume) std::string().swap(const_cast<json&>(b).get_ref<std::string&>());
   } else {
     fail(where, ip, "is " + describe(img), "an image file path (relative to the frame file) or {\"base64\": \"...\"}");
   }
@@ -310,7 +312,7 @@ std::string char_text(char c) {
 
 }  // namespace
 
-FrameSpec frame_from_json(const json& j, const std::string& where) {
+static FrameSpec frame_from(const json& j, const std::string& where, bool consume) {
   if (!j.is_object()) fail(where, "", "the frame is " + describe(j), "a JSON object (docs/FORMATS.md, Frames)");
   check_fields(j, where, "", {"stream", "timestamp", "scene", "token", "T_world_from_ego", "T_ego_from_lidar", "can_bus", "cameras"});
   FrameSpec f;
@@ -318,6 +320,11 @@ FrameSpec frame_from_json(const json& j, const std::string& where) {
   f.stream = text_field(j["stream"], where, "stream");
   if (!j.contains("timestamp")) fail(where, "timestamp", "is missing", "the frame's time in seconds");
   f.timestamp = number(j["timestamp"], where, "timestamp");
+  if (std::abs(f.timestamp) > kMaxTimestampSeconds) {
+    // Milliseconds or nanoseconds sent as seconds, or a sentinel such as 1e308: every later frame
+    // of the stream would be out of order or a time gap.
+    fail(where, "timestamp", "is " + text(f.timestamp), "seconds, at most 1e11 from 0 (Unix time is about 1.7e9)");
+  }
   if (j.contains("scene")) f.scene = text_field(j["scene"], where, "scene");
   if (j.contains("token")) f.token = text_field(j["token"], where, "token");
   if (j.contains("T_world_from_ego")) {
@@ -359,7 +366,7 @@ FrameSpec frame_from_json(const json& j, const std::string& where) {
   const json& cams = j["cameras"];
   if (!cams.is_array() || cams.empty()) fail(where, "cameras", "is " + describe(cams), "a non-empty list of cameras");
   for (size_t i = 0; i < cams.size(); ++i) {
-    CameraSpec cam = parse_camera(cams[i], where, item_path("cameras", i));
+    CameraSpec cam = parse_camera(cams[i], where, item_path("cameras", i), consume);
     for (size_t k = 0; k < f.cameras.size(); ++k) {
       if (f.cameras[k].name == cam.name) {
         fail(where, join_path(item_path("cameras", i), "name"), "\"" + cam.name + "\" is also the name of cameras[" + std::to_string(k) + "]",
@@ -371,24 +378,21 @@ FrameSpec frame_from_json(const json& j, const std::string& where) {
   return f;
 }
 
+FrameSpec frame_from_json(const json& j, const std::string& where) { return frame_from(j, where, false); }
+
 FrameSpec parse_frame_json(std::string_view text, const std::string& where) {
-  return frame_from_json(parse_strict(text, where), where);
+  json tree = parse_strict(text, where);
+  return frame_from(tree, where, true);
+}
+
+FrameSpec parse_frame_json_owned(std::string text, const std::string& where) {
+  json tree = parse_strict(text, where);
+  std::string().swap(text);  // the tree holds what the text held (the base64 images)
+  return frame_from(tree, where, true);
 }
 
 FrameSpec read_frame_json(const std::string& path) {
-  std::shared_ptr<const ByteSource> src;
-  try {
-    src = ByteSource::map_file(path);
-  } catch (Error& e) {
-    if (e.kind() == ErrorKind::kNotFound) throw Error(ErrorKind::kNotFound, "no such frame file").where(path);
-    throw;
-  }
-  if (src->size() > kMaxFrameFileBytes) {
-    throw Error(ErrorKind::kInvalidInput, "the frame file is " + std::to_string(src->size()) + " bytes")
-        .where(path)
-        .expected("at most 1 GiB");
-  }
-  return parse_frame_json(std::string_view(reinterpret_cast<const char*>(src->data()), src->size()), path);
+  return parse_frame_json_owned(read_regular_file(path, kMaxFrameFileBytes, "frame file"), path);
 }
 
 ojson to_json(const FrameSpec& spec) {

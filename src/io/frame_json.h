@@ -21,6 +21,12 @@
 
 namespace bev {
 
+// The largest frame file read_frame_json reads (inline images make frames large).
+constexpr uint64_t kMaxFrameFileBytes = uint64_t{1} << 30;
+
+// Timestamps are seconds; a larger magnitude is a unit mistake or a sentinel, refused at parse.
+constexpr double kMaxTimestampSeconds = 1e11;
+
 struct CameraSpec {
   std::string name;                  // "name": unique in the frame (nuScenes: CAM_FRONT, ...)
   std::string image_path;            // "image": "file.jpg", relative to the frame file's folder
@@ -33,7 +39,7 @@ struct CameraSpec {
 
 struct FrameSpec {
   std::string stream;                      // "stream": the stream (history) this frame belongs to
-  double timestamp = 0;                    // "timestamp": seconds
+  double timestamp = 0;                    // "timestamp": seconds, |t| <= kMaxTimestampSeconds
   std::optional<std::string> scene;        // "scene": a change of token resets the history
   std::optional<std::string> token;        // "token": the sample token (keys results_nusc.json)
   std::optional<Mat4> T_world_from_ego;    // "T_world_from_ego": ego pose (world z-up, ego x forward)
@@ -46,10 +52,15 @@ struct FrameSpec {
 // Parses frame JSON text; `where` names the source in errors (a file path, "request.frame").
 // Also refuses duplicate keys and nesting deeper than 16.
 FrameSpec parse_frame_json(std::string_view text, const std::string& where = "frame");
+// The same for a text the caller gives up: it is freed once parsed, and each inline image's
+// base64 text once decoded, so the peak stays near the text's size plus one tree of it (the
+// server parses request bodies of up to --max-body-mb this way).
+FrameSpec parse_frame_json_owned(std::string text, const std::string& where = "frame");
 // The same checks on an already parsed value (duplicate keys cannot be seen here).
 FrameSpec frame_from_json(const nlohmann::json& j, const std::string& where = "frame");
-// Reads and parses a file (kNotFound if it does not exist); image paths stay relative: resolve
-// them against the file's directory (prepare_frame's base_dir).
+// Reads and parses a regular file of at most kMaxFrameFileBytes (read_regular_file: kNotFound if
+// it does not exist, kInvalidInput for a directory, FIFO or device); image paths stay relative:
+// resolve them against the file's directory (prepare_frame's base_dir).
 FrameSpec read_frame_json(const std::string& path);
 
 // The frame as JSON (fields in schema order; inline images base64-encoded). parse_frame_json of

@@ -135,6 +135,7 @@ ImageHeader inspect_image(std::span<const uint8_t> bytes, const std::string& nam
 
 Tensor decode_image(std::span<const uint8_t> bytes, const std::string& name) {
   const ImageHeader h = inspect_image(bytes, name);
+  verify_image_data(bytes, h, name);
   if (bytes.size() > static_cast<size_t>(INT_MAX)) {
     throw Error(ErrorKind::kUnsupported, "the image file is larger than 2 GiB").where(name);
   }
@@ -165,12 +166,12 @@ Tensor decode_image(std::span<const uint8_t> bytes, const std::string& name) {
 }
 
 Tensor read_image(const std::string& path) {
-  const auto src = ByteSource::map_file(path);
+  const auto src = ByteSource::map_file(path, kMaxImageFileBytes);
   return decode_image(src->span(), path);
 }
 
 std::vector<uint8_t> read_file_bytes(const std::string& path) {
-  const auto src = ByteSource::map_file(path);
+  const auto src = ByteSource::map_file(path, kMaxImageFileBytes);
   return {src->data(), src->data() + src->size()};
 }
 
