@@ -60,11 +60,11 @@ int run(const ServeArgs& a) {
   knobs.max_streams = a.max_streams;
   knobs.stream_ttl_seconds = a.stream_ttl;
   knobs.pipeline = a.pipeline;
-  if (a.max_inflight_mb < 2 * a.max_body_mb) {
-    // A body counts twice while it is parsed: a larger one could never be taken, only refused 503.
-    throw bev::Error(bev::ErrorKind::kInvalidInput, "--max-inflight-mb " + std::to_string(a.max_inflight_mb) + " is below twice --max-body-mb " +
+  if (a.max_inflight_mb < 3 * a.max_body_mb) {
+    // A body counts three times while it is parsed: a larger one could never be taken, only refused 503.
+    throw bev::Error(bev::ErrorKind::kInvalidInput, "--max-inflight-mb " + std::to_string(a.max_inflight_mb) + " is below three times --max-body-mb " +
                                               std::to_string(a.max_body_mb))
-        .expected("--max-inflight-mb >= 2 x --max-body-mb");
+        .expected("--max-inflight-mb >= 3 x --max-body-mb");
   }
   if (a.weights.empty()) {
     log_warn("serve: no --weights: seeded random weights (seed ", knobs.seed, "), UNTRAINED: detections are meaningless");
@@ -139,7 +139,7 @@ Runner add_serve(CLI::App& app) {
   sub->add_option("--max-inflight-mb", a->max_inflight_mb,
                   "Request bytes held at once (bodies, frames and their decoded pixels, MiB); past it 503")
       ->capture_default_str()
-      ->check(CLI::Range(2, 1 << 20));
+      ->check(CLI::Range(3, 1 << 20));
   sub->add_option("--max-cameras", a->max_cameras, "Most cameras per frame")->capture_default_str()->check(CLI::Range(1, 64));
   sub->add_option("--http-threads", a->http_threads, "Requests handled at once (a frame request holds one until answered)")
       ->capture_default_str()

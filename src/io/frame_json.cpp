@@ -180,54 +180,103 @@ CameraSpec parse_camera(const json& c, const std::string& where, const std::stri
   return cam;
 }
 
-// Streaming JSON parse that refuses duplicate keys and deep nesting, naming the field path.
-json parse_strict(std::string_view text, const std::string& where) {
+// Streaming JSON parse that refuses duplicate keys and deep nesting, naming the field path. A
+// SAX handler of our own rather than json::parse with a callback: that one copies every string
+// out of the lexer's buffer, so a frame's base64 images were briefly held three times over.
+class StrictSax : public nlohmann::json_sax<json> {
+ public:
+  explicit StrictSax(const std::string& where) : where_(where) {}
+  json take() { return std::move(root_); }
+
+  bool null() override { return value(nullptr); }
+  bool boolean(bool v) override { return value(v); }
+  bool number_integer(number_integer_t v) override { return value(v); }
+  bool number_unsigned(number_unsigned_t v) override { return value(v); }
+  bool number_float(number_float_t v, const string_t&) override { return value(v); }
+  bool string(string_t& v) override { return value(std::move(v)); }
+  bool binary(binary_t& v) override { return value(std::move(v)); }
+  bool start_object(std::size_t) override { return open(json::value_t::object, true); }
+  bool start_array(std::size_t) override { return open(json::value_t::array, false); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override {
+    Level& top = stack_.back();
+    top.key = k;
+    if (!top.keys.insert(k).second) fail(where_, path_to(stack_.size()), "duplicate field", "each field once");
+    slot_ = &(*refs_.back())[k];
+    return true;
+  }
+  // Thrown as the parser made it, so the caller's catch sees its type (parse_error has the byte).
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) override {
+    if (const auto* pe = dynamic_cast<const json::parse_error*>(&ex)) throw *pe;
+    if (const auto* oe = dynamic_cast<const json::out_of_range*>(&ex)) throw *oe;
+    throw Error(ErrorKind::kInvalidInput, std::string("not valid JSON: ") + ex.what()).where(where_);
+  }
+
+ private:
   struct Level {
     bool object = false;
     std::string key;
     size_t index = 0;
     std::set<std::string> keys;
   };
-  std::vector<Level> stack;
-  auto path_to = [&](size_t levels) {
+
+  std::string path_to(size_t levels) const {
     std::string p;
-    for (size_t i = 0; i < levels; ++i) {
-      p = stack[i].object ? join_path(p, stack[i].key) : item_path(p, stack[i].index);
-    }
+    for (size_t i = 0; i < levels; ++i) p = stack_[i].object ? join_path(p, stack_[i].key) : item_path(p, stack_[i].index);
     return p;
-  };
-  auto after_value = [&]() {
-    if (!stack.empty() && !stack.back().object) ++stack.back().index;
-  };
-  const json::parser_callback_t cb = [&](int, json::parse_event_t event, json& parsed) -> bool {
-    switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start:
-        if (stack.size() >= kMaxDepth) {
-          fail(where, path_to(stack.size()), "nests deeper than " + std::to_string(kMaxDepth) + " levels",
-               "a frame object (matrices nest 2 levels)");
-        }
-        stack.push_back({event == json::parse_event_t::object_start, {}, 0, {}});
-        break;
-      case json::parse_event_t::key: {
-        Level& top = stack.back();
-        top.key = parsed.get<std::string>();
-        if (!top.keys.insert(top.key).second) {
-          fail(where, path_to(stack.size()), "duplicate field", "each field once");
-        }
-        break;
-      }
-      case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end:
-        stack.pop_back();
-        after_value();
-        break;
-      case json::parse_event_t::value: after_value(); break;
+  }
+  template <typename V>
+  json* place(V&& v) {
+    if (refs_.empty()) {
+      root_ = json(std::forward<V>(v));
+      return &root_;
     }
+    json& parent = *refs_.back();
+    if (parent.is_array()) {
+      parent.emplace_back(std::forward<V>(v));
+      return &parent.back();
+    }
+    *slot_ = json(std::forward<V>(v));
+    return slot_;
+  }
+  template <typename V>
+  bool value(V&& v) {
+    place(std::forward<V>(v));
+    after_value();
     return true;
-  };
+  }
+  bool open(json::value_t type, bool object) {
+    if (stack_.size() >= kMaxDepth) {
+      fail(where_, path_to(stack_.size()), "nests deeper than " + std::to_string(kMaxDepth) + " levels",
+           "a frame object (matrices nest 2 levels)");
+    }
+    refs_.push_back(place(type));
+    stack_.push_back({object, {}, 0, {}});
+    return true;
+  }
+  bool close() {
+    refs_.pop_back();
+    stack_.pop_back();
+    after_value();
+    return true;
+  }
+  void after_value() {
+    if (!stack_.empty() && !stack_.back().object) ++stack_.back().index;
+  }
+
+  const std::string& where_;
+  json root_;
+  std::vector<json*> refs_;  // the open containers, innermost last
+  json* slot_ = nullptr;     // the member the last key named
+  std::vector<Level> stack_;
+};
+
+json parse_strict(std::string_view text, const std::string& where) {
+  StrictSax sax(where);
   try {
-    return json::parse(text.begin(), text.end(), cb);
+    json::sax_parse(text.begin(), text.end(), &sax);
+    return sax.take();
   } catch (const json::parse_error& e) {
     std::string msg = e.what();
     if (const auto p = msg.find("syntax error"); p != std::string::npos) msg = msg.substr(p);

@@ -115,9 +115,10 @@ HttpResponse Service::post_frame(const std::string& stream, HttpRequest& request
                                                      " bytes; this server takes at most " +
                                                      std::to_string(options_.max_body_bytes));
   }
-  // While a body is parsed, the JSON tree holds about what the body held (base64 text) beside it.
+  // While a body is parsed it is held with the JSON tree (its base64 strings) and the lexer's
+  // buffer for the string being read, which grows by doubling: three times the body at most.
   MemoryLease& lease = request.lease;
-  if (!lease.resize(2 * request.body.size())) {
+  if (!lease.resize(3 * request.body.size())) {
     return busy("the server holds " + mib(memory_.in_use()) + " of requests (--max-inflight-mb " + mib(memory_.capacity()) + ")");
   }
   const double t0 = now_seconds();
