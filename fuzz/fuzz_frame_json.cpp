@@ -29,17 +29,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check_image(bytes);
     return 0;
   }
-  bev::FrameSpec spec;
+  bev::Frame spec;
   try {
     spec = bev::parse_frame_json(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.json");
   } catch (const bev::Error&) {
     return 0;
   }
-  for (const bev::CameraSpec& c : spec.cameras) {
-    if (!c.image_bytes.empty()) check_image(c.image_bytes);
+  for (const bev::Camera& c : spec.cameras) {
+    if (!c.image_bytes.empty()) check_image(c.image_bytes.bytes);
   }
   // The writer's text must read back to the same frame.
-  const bev::FrameSpec again = bev::parse_frame_json(bev::frame_json_text(spec), "fuzz.json (rewritten)");
+  const bev::Frame again = bev::parse_frame_json(bev::frame_json_text(spec), "fuzz.json (rewritten)");
   if (!(again == spec)) __builtin_trap();
   return 0;
 }

@@ -27,11 +27,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   // Anything else escaping (bev::Error, std::exception) is a bug: let libFuzzer report it.
-  const bev::FrameSpec spec = bev::parse_frame_json(req.frame_json, "fuzz: rewritten frame");
-  if (spec.stream != "s" || spec.cameras.size() != req.cameras) __builtin_trap();
-  for (const bev::CameraSpec& cam : spec.cameras) {
-    const auto it = req.images.find(cam.image_path);
-    if (it == req.images.end() || it->second.empty()) __builtin_trap();
+  // What reaches the engine: a frame of this stream whose every camera has image bytes, no path.
+  if (req.frame.stream != "s" || req.frame.cameras.empty()) __builtin_trap();
+  for (const bev::Camera& cam : req.frame.cameras) {
+    if (cam.image_bytes.empty() || !cam.image_path.empty()) __builtin_trap();
   }
+  // And it writes out and reads back as itself.
+  if (!(bev::parse_frame_json(bev::frame_json_text(req.frame), "fuzz: rewritten frame") == req.frame)) __builtin_trap();
   return 0;
 }

@@ -66,23 +66,23 @@ int main(int argc, char** argv) {
   const std::vector<uint8_t> jpg = bev::encode_image(pixels, ".jpg");
   write(dir / "fuzz_frame_json" / "image0", png);
   write(dir / "fuzz_frame_json" / "image1", jpg);
-  bev::FrameSpec f;
+  bev::Frame f;
   f.stream = "car-1";
   f.timestamp = 1533151603.54759;
   f.scene = "scene-0001";
   f.T_world_from_ego = bev::Mat4{0, -1, 0, 411.3, 1, 0, 0, 1180.9, 0, 0, 1, 0, 0, 0, 0, 1};
   f.T_ego_from_lidar = bev::Mat4{0, 1, 0, 0.94, -1, 0, 0, 0, 0, 0, 1, 1.84, 0, 0, 0, 1};
-  bev::CameraSpec a;
+  bev::Camera a;
   a.name = "CAM_FRONT";
-  a.image_bytes = png;
+  a.image_bytes = ImageBytes::adopt(png);
   a.K = bev::Mat3{88.6, 0, 57.1, 0, 88.6, 34.4, 0, 0, 1};
   a.T_ego_from_cam = bev::Mat4{0, 0, 1, 1.7, -1, 0, 0, 0, 0, -1, 0, 1.5, 0, 0, 0, 1};
-  bev::CameraSpec b;
+  bev::Camera b;
   b.name = "CAM_BACK";
   b.image_path = "images/back.jpg";
   b.lidar2img = bev::Mat4{88.4, 57.4, 1.66, -42.3, 0.47, 36.0, -88.0, -54.9, -0.0036, 0.9998, 0.0186, -0.759, 0, 0, 0, 1};
   f.cameras = {a, b};
-  auto text = [](const bev::FrameSpec& spec) {
+  auto text = [](const bev::Frame& spec) {
     const std::string t = bev::frame_json_text(spec);
     return std::vector<uint8_t>(t.begin(), t.end());
   };

@@ -34,8 +34,20 @@ box='"translation":[10.0,0.5,1.0],"size":[1.9,4.6,1.7],"rotation":[1.0,0.0,0.0,0
   printf '"velocity":[NaN,NaN],"detection_name":"car","attribute_name":"","num_pts":3}]},'
   printf '"s1":{"ego_pose":{"translation":[5.0,0.0,0.0]},"bike_racks":[{%s}],"boxes":[]}}}' "$box"
 } >"$work/seeds/fuzz_eval_results/pair"
+# fuzz_http_connection: a split byte, then bytes on a connection: pipelined GETs, a frame POST
+# (the JSON seed's body), a HEAD, a 100-continue and a request cut short.
+mkdir -p "$work/seeds/fuzz_http_connection"
+body=$(tail -c +18 "$work/seeds/fuzz_server_request/json")
+{
+  printf '\x07GET /healthz HTTP/1.1\r\nHost: a\r\n\r\nHEAD /v1/model?x=1 HTTP/1.1\r\nHost: a\r\n\r\n'
+  printf 'POST /v1/streams/s/frames HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n'
+  printf 'Expect: 100-continue\r\nContent-Length: %d\r\n\r\n%s' "${#body}" "$body"
+  printf 'DELETE /v1/streams/s HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n'
+} >"$work/seeds/fuzz_http_connection/pipelined"
+printf '\x81GET / HTTP/1.0\r\n\r\nPOST /v1/streams/s/frames HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n{' \
+  >"$work/seeds/fuzz_http_connection/short"
 fail=0
-for target in fuzz_pth fuzz_safetensors fuzz_pickle fuzz_frame_json fuzz_server_request fuzz_eval_results; do
+for target in fuzz_pth fuzz_safetensors fuzz_pickle fuzz_frame_json fuzz_server_request fuzz_eval_results fuzz_http_connection; do
   mkdir -p "$work/$target"
   cp "$work/seeds/$target"/* "$work/$target/"
   if "$dir/bin/$target" "$work/$target" -max_total_time="$seconds" -max_len=65536 -timeout=10 \

@@ -8,7 +8,9 @@ PACKAGES=(
   clang libclang-rt-14-dev lld          # libFuzzer targets and sanitizer runtimes
   zlib1g-dev                            # CRC-32 of checkpoint archive entries
   nlohmann-json3-dev libcli11-dev
-  libcpp-httplib-dev wrk                # the HTTP server (cpp-httplib) and load tools
+  libboost1.81-dev                      # the HTTP server: Boost.Asio sockets, Boost.Beast's HTTP/1.1 parser
+  libcpp-httplib-dev wrk                # HTTP client of the tests and bench/load_client; load tools
+  libjpeg62-turbo-dev                   # JPEG data checked scan by scan (libjpeg's warnings as errors)
   libdnnl-dev ocl-icd-opencl-dev        # oneDNN 2.6 (its CMake config needs the OpenCL headers)
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev  # image decode, resize, drawing
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -103,7 +103,7 @@ assert "0 of 6 frames left" in r.stderr, r.stderr
 
 # Checked before the model loads: a missing frame file, an output folder that does not exist.
 r = detect(os.path.join(tmp, "missing.json"), expect=2)
-assert "cannot open the frame file" in r.stderr and "loading" not in r.stderr, r.stderr
+assert "no such frame file" in r.stderr and "loading" not in r.stderr, r.stderr
 r = detect(paths[0], "-o", os.path.join(tmp, "no-such-dir", "out.json"), expect=2)
 assert "not writable" in r.stderr and "loading" not in r.stderr, r.stderr
 print("detect dataset run: shards, resume and preflight checks OK")

@@ -87,7 +87,7 @@ TEST(FramesGolden, MicroFramesGiveTheSetsInputs) {
   for (int k = 0; k < 3; ++k) {
     SCOPED_TRACE("frame " + std::to_string(k));
     const json meta = read_json(kMicroDir + "/frame" + std::to_string(k) + "_meta.json");
-    const FrameSpec spec = parse_frame_json(micro_frame_json(k).dump(2), "micro.json");
+    const Frame spec = parse_frame_json(micro_frame_json(k).dump(2), "micro.json");
     const PreparedFrame p = prepare_frame(spec, cfg, kMicroDir);
     const Checkpoint golden = load_checkpoint(kMicroDir + "/frame" + std::to_string(k) + ".safetensors");
 
@@ -168,7 +168,7 @@ TEST(FramesGolden, Lidar2imgGivenDirectlyAndInlineImagesGiveTheSameInput) {
     const std::vector<uint8_t> png = read_file_bytes(kMicroDir + "/" + c["image"].get<std::string>());
     c["image"] = {{"base64", base64_encode(png)}};
   }
-  const FrameSpec spec = parse_frame_json(f.dump());
+  const Frame spec = parse_frame_json(f.dump());
   EXPECT_FALSE(spec.cameras[0].image_bytes.empty());
   const PreparedFrame p = prepare_frame(spec, cfg, "/nonexistent");  // base_dir unused for inline images
   ASSERT_EQ(p.input.img.shape(), ref.input.img.shape());
@@ -186,7 +186,7 @@ TEST(FramesGolden, PoseOnlyFrameHasZeroCanFields) {
   json f = micro_frame_json(0);
   f.erase("can_bus");
   f.erase("scene");
-  const FrameSpec spec = parse_frame_json(f.dump());
+  const Frame spec = parse_frame_json(f.dump());
   const std::array<double, 18> cb = absolute_can_bus(spec);
   const json meta = read_json(kMicroDir + "/frame0_meta.json");
   for (int i = 0; i < 18; ++i) {
@@ -204,7 +204,7 @@ TEST(FramesGolden, PoseOnlyFrameHasZeroCanFields) {
 TEST(FramesGolden, CanBusAloneIsUsedAsIs) {
   json f = micro_frame_json(2);
   f.erase("T_world_from_ego");
-  const FrameSpec spec = parse_frame_json(f.dump());
+  const Frame spec = parse_frame_json(f.dump());
   const json meta = read_json(kMicroDir + "/frame2_meta.json");
   const std::array<double, 18> cb = absolute_can_bus(spec);
   const auto want = meta["can_bus"].get<std::vector<double>>();
@@ -224,7 +224,7 @@ TEST(FramesGolden, QuaternionAndPatchAngleOfKnownRotations) {
   const auto q = rotation_quaternion_wxyz(t);
   EXPECT_NEAR(q[0], std::cos(a / 2), 1e-15);
   EXPECT_NEAR(q[3], std::sin(a / 2), 1e-15);
-  FrameSpec spec;
+  Frame spec;
   spec.T_world_from_ego = t;
   const auto cb = absolute_can_bus(spec);
   EXPECT_EQ(cb[0], 1.5);
@@ -249,7 +249,7 @@ TEST(FramesDemo, ConvertInfoThenPrepareTiny) {
   const std::vector<std::string> paths = convert_info(kDemo + "/info.json", out, {});
   ASSERT_EQ(paths.size(), 1u);
   EXPECT_EQ(fs::path(paths[0]).filename(), "frame_0000.json");
-  const FrameSpec spec = read_frame_json(paths[0]);
+  const Frame spec = read_frame_json(paths[0]);
   const json info = read_json(kDemo + "/info.json");
   const json& e = info["data_list"][0];
   EXPECT_EQ(spec.stream, "info");
@@ -337,7 +337,7 @@ TEST(FramesDemo, ConvertInfoOptionsAndErrors) {
   o.stream = "car7";
   o.scene = "drive-1";
   const auto paths = convert_info(kDemo + "/info.json", dir.file("a/b"), o);
-  const FrameSpec spec = read_frame_json(paths.at(0));
+  const Frame spec = read_frame_json(paths.at(0));
   EXPECT_EQ(spec.stream, "car7");
   EXPECT_EQ(spec.scene.value_or(""), "drive-1");
   // Images that are not where the info says.
@@ -571,9 +571,9 @@ TEST(FramesImage, EveryTruncationOfAJpegIsRefused) {
 // Writing frames and base64.
 
 TEST(FramesJson, TextRoundTripKeepsEveryValue) {
-  FrameSpec spec = parse_frame_json(micro_frame_json(2).dump());
+  Frame spec = parse_frame_json(micro_frame_json(2).dump());
   spec.cameras[1].image_path.clear();
-  spec.cameras[1].image_bytes = {0, 1, 2, 250, 255};
+  spec.cameras[1].image_bytes = ImageBytes::adopt({0, 1, 2, 250, 255});
   spec.cameras[2].K.reset();
   spec.cameras[2].T_ego_from_cam.reset();
   spec.cameras[2].lidar2img = Mat4{0.1, 1e-300, -3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0, 0, 0, 1};

@@ -9,65 +9,10 @@
 #include <vector>
 
 #include "bevformer/error.h"
+#include "pickle_builder.h"
 
 namespace bev::pickle {
 namespace {
-
-// Emits pickle opcodes by hand, so each test shows exactly the bytes it feeds the reader.
-class Pk {
- public:
-  Pk& op(uint8_t c) { return raw({c}); }
-  Pk& raw(std::initializer_list<uint8_t> b) {
-    bytes.insert(bytes.end(), b.begin(), b.end());
-    return *this;
-  }
-  Pk& le(uint64_t v, int n) {
-    for (int i = 0; i < n; ++i) bytes.push_back(static_cast<uint8_t>(v >> (8 * i)));
-    return *this;
-  }
-  Pk& proto(uint8_t p = 2) { return op(0x80).le(p, 1); }
-  Pk& mark() { return op('('); }
-  Pk& stop() { return op('.'); }
-  Pk& none() { return op('N'); }
-  Pk& boolean(bool b) { return op(b ? 0x88 : 0x89); }
-  Pk& int1(uint8_t v) { return op('K').le(v, 1); }
-  Pk& int4(int32_t v) { return op('J').le(static_cast<uint32_t>(v), 4); }
-  Pk& str(const std::string& s) {
-    op('X').le(s.size(), 4);
-    bytes.insert(bytes.end(), s.begin(), s.end());
-    return *this;
-  }
-  Pk& global(const std::string& module, const std::string& name) {
-    op('c');
-    for (char c : module + "\n" + name + "\n") bytes.push_back(static_cast<uint8_t>(c));
-    return *this;
-  }
-  Pk& put(uint8_t i) { return op('q').le(i, 1); }
-  Pk& get(uint8_t i) { return op('h').le(i, 1); }
-  Pk& tuple() { return op('t'); }
-  Pk& reduce() { return op('R'); }
-  // ('storage', torch.<type>, key, 'cpu', numel) BINPERSID
-  Pk& storage(const std::string& type, const std::string& key, uint8_t numel) {
-    return mark().str("storage").global("torch", type).str(key).str("cpu").int1(numel).tuple().op('Q');
-  }
-  // _rebuild_tensor_v2(storage, offset, size, stride, False, OrderedDict())
-  Pk& tensor(const std::string& key, std::initializer_list<uint8_t> size,
-             std::initializer_list<uint8_t> stride) {
-    global("torch._utils", "_rebuild_tensor_v2").mark().storage("FloatStorage", key, 64).int1(0);
-    mark();
-    for (uint8_t s : size) int1(s);
-    tuple().mark();
-    for (uint8_t s : stride) int1(s);
-    tuple().boolean(false).global("collections", "OrderedDict").op(')').reduce();
-    return tuple().reduce();
-  }
-  Pk& here() {
-    at = bytes.size();
-    return *this;
-  }
-  std::vector<uint8_t> bytes;
-  size_t at = 0;
-};
 
 const Value* load(Unpickler& u) { return u.load(); }
 
@@ -317,16 +262,16 @@ TEST(Pickle, Errors) {
   expect(Pk().proto().here().op('T').le(0xFFFFFFFFu, 4), k_bad, "BINSTRING length is negative");
   expect(Pk().proto().op('}').mark().int1(1).here().op('u'), k_bad, "odd number (1)");
   expect(Pk().proto().op('}').mark().int1(1).int1(2).int1(3).here().op('d'), k_bad, "odd number (3)");
-  expect(Pk().proto().int1(1).int1(1).int1(1).here().op('s'), k_bad, "SETITEM on a int");
+  expect(Pk().proto().int1(1).int1(1).int1(1).here().op('s'), k_bad, "SETITEM on an int");
   expect(Pk().proto().op(')').int1(1).here().op('a'), k_bad, "APPEND on a tuple");
   expect(Pk().proto().here().op('g').raw({'x', '\n'}), k_bad, "not a memo index");
   expect(Pk().proto().here().op('g').raw({'1', '2'}), k_bad, "truncated GET");
   expect(Pk().proto().here().op('c').raw({'a', '\n', 'b'}), k_bad, "truncated GLOBAL name");
-  expect(Pk().proto().int1(1).op(')').here().reduce(), k_bad, "REDUCE calls a int");
-  expect(Pk().proto().global("a", "b").int1(1).here().reduce(), k_bad, "REDUCE arguments are a int");
+  expect(Pk().proto().int1(1).op(')').here().reduce(), k_bad, "REDUCE calls an int");
+  expect(Pk().proto().global("a", "b").int1(1).here().reduce(), k_bad, "REDUCE arguments are an int");
   expect(Pk().proto().int1(1).str("x").here().op(0x93), k_bad, "STACK_GLOBAL operands are int and str");
   expect(Pk().proto().global("collections", "OrderedDict").int1(1).op(0x85).here().reduce(), k_bad,
-         "OrderedDict argument 1 (items) is a int");
+         "OrderedDict argument 1 (items) is an int");
   // Persistent ids: wrong shape, wrong element kinds, unknown storage type, negative numel.
   expect(Pk().proto().str("storage").here().op('Q'), k_bad, "persistent id is a str");
   expect(Pk().proto().str("storage").str("x").op(0x86).here().op('Q'), k_bad, "persistent id is a tuple of 2 items");
@@ -360,14 +305,14 @@ TEST(Pickle, Errors) {
          "stride element is -1");
   expect(rebuild([&](Pk& p) { p.int4(-1).op(')').op(')'); tail(p); }), k_bad,
          "argument 2 (storage_offset) is negative");
-  expect(rebuild([&](Pk& p) { p.none().op(')').op(')'); tail(p); }), k_bad, "argument 2 (storage_offset) is a None");
+  expect(rebuild([&](Pk& p) { p.none().op(')').op(')'); tail(p); }), k_bad, "argument 2 (storage_offset) is None");
   expect(rebuild([&](Pk& p) { p.int1(0).mark().str("2").tuple().mark().int1(1).tuple(); tail(p); }), k_bad,
          "size element is a str");
   expect(rebuild([&](Pk& p) { p.int1(0).op(0x8c).raw({0}).op(')'); tail(p); }), k_bad, "argument 3 (size) is a str");
   expect(rebuild([&](Pk& p) { p.int1(0).op(']').op(')'); tail(p); }), k_bad, "argument 3 (size) is a list");
   expect(rebuild([&](Pk& p) { p.int1(0).int1(2).op(0x85).op(')'); tail(p); }), k_bad, "differ in length");
   expect(rebuild([&](Pk& p) { p.int1(0).op(')').op(')').int1(1).op('}'); }), k_bad,
-         "argument 5 (requires_grad) is a int");
+         "argument 5 (requires_grad) is an int");
   expect(rebuild([&](Pk& p) { p.int1(0).op(')'); }), k_bad, "called with 3 arguments");
   Pk many_dims;
   many_dims.proto().global("torch._utils", "_rebuild_tensor_v2").mark().storage("FloatStorage", "0", 4).int1(0).mark();
@@ -382,7 +327,7 @@ TEST(Pickle, Errors) {
   Pk param;
   param.proto().global("torch._utils", "_rebuild_parameter").mark().int1(3).boolean(true).op('}');
   param.tuple().here().reduce();
-  expect(param, k_bad, "argument 1 (data) is a int");
+  expect(param, k_bad, "argument 1 (data) is an int");
 }
 
 TEST(Pickle, LimitsAreEnforced) {

@@ -71,7 +71,7 @@ TEST(Streams, BusyStreamsAreNeverEvictedAndAFullRegistrySaysSo) {
     reg.acquire("c");
     FAIL() << "a third stream fit into two busy slots";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    EXPECT_EQ(e.kind(), ErrorKind::kBusy);
     EXPECT_NE(std::string(e.what()).find("busy"), std::string::npos) << e.what();
   }
   EXPECT_EQ(reg.list().size(), 2u);

@@ -27,7 +27,7 @@ Runner add_describe(CLI::App& app) {
       "describe", "Show the recorded stages: ops, shapes, arena buffers and size, weight bytes (records on synthetic frames)");
   sub->add_option("--config", a->config, "tiny | small | base | upstream-style config JSON")->capture_default_str();
   sub->add_option("--weights", a->weights, "Checkpoint (default: seeded random weights of the config)");
-  sub->add_option("--threads", a->threads, "CPU threads (0: one per hardware thread)")->capture_default_str();
+  sub->add_option("--threads", a->threads, "CPU threads (0: one per hardware thread)")->capture_default_str()->check(CLI::Range(0, 1024));
   add_backend_option(sub, a->backend);
   sub->add_flag("--summary", a->summary, "Only the per-stage totals, not every op");
   return [a]() {

@@ -24,6 +24,9 @@
 #include "commands.h"
 #include "eval/results_writer.h"
 #include "eval/shard.h"
+#include "io/byte_source.h"
+#include "io/frame_json.h"
+#include "core/log.h"
 
 namespace bev::cli {
 namespace {
@@ -63,11 +66,9 @@ struct FramePeek {
 };
 
 FramePeek peek_frame(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::kNotFound, "cannot open the frame file").where(path);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(read_regular_file(path, kMaxFrameFileBytes, "frame file"));
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorKind::kInvalidInput, std::string("not JSON: ") + e.what()).where(path);
   }
@@ -129,7 +130,7 @@ int run(const DetectArgs& a) {
     std::vector<std::string> scenes;
     for (const FramePeek& f : frames) scenes.push_back(f.scene_key);
     todo = eval::shard_by_scene(scenes, s.index, s.count);
-    std::fprintf(stderr, "detect: shard %s: %zu of %zu frames\n", a.shard.c_str(), todo.size(), frames.size());
+    log_info("detect: shard ", a.shard, ": ", todo.size(), " of ", frames.size(), " frames");
   }
   std::unique_ptr<eval::ResultsWriter> results;
   if (!a.nusc.empty()) {
@@ -150,8 +151,8 @@ int run(const DetectArgs& a) {
     for (size_t k : todo) {
       if (!scene_done[frames[k].scene_key]) left.push_back(k);
     }
-    std::fprintf(stderr, "detect: --resume: %zu sample(s) already in %s; %zu of %zu frames left\n",
-                 results->samples().size(), a.nusc.c_str(), left.size(), todo.size());
+    log_info("detect: --resume: ", results->samples().size(), " sample(s) already in ", a.nusc, "; ", left.size(), " of ",
+             todo.size(), " frames left");
     todo = std::move(left);
   }
 
@@ -159,9 +160,8 @@ int run(const DetectArgs& a) {
   knobs.threads = a.threads;
   knobs.precision = a.precision;
   knobs.backend = a.backend;
-  std::fprintf(stderr, "detect: loading %s%s\n", a.config.c_str(),
-               a.weights.empty() ? " with seeded random weights (no --weights): detections will be meaningless"
-                                 : (" with " + a.weights).c_str());
+  log_info("detect: loading ", a.config,
+           a.weights.empty() ? " with seeded random weights (no --weights): detections will be meaningless" : " with " + a.weights);
   const std::unique_ptr<Model> model = Model::load(a.config, a.weights, knobs);
   std::vector<std::string> documents;  // each frame's detections JSON, written as the engine built it
   const auto t0 = std::chrono::steady_clock::now();
@@ -175,8 +175,10 @@ int run(const DetectArgs& a) {
     const Detections d = model->detect_file(frames[k].path, opt);
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double per_frame = elapsed / static_cast<double>(i + 1);
-    std::fprintf(stderr, "detect: frame %zu/%zu %s: %.2f s/frame, ETA %s\n", i + 1, todo.size(), frames[k].path.c_str(),
-                 per_frame, duration_text(per_frame * static_cast<double>(todo.size() - i - 1)).c_str());
+    char rate[32];
+    std::snprintf(rate, sizeof rate, "%.2f", per_frame);
+    log_info("detect: frame ", i + 1, "/", todo.size(), " ", frames[k].path, ": ", rate, " s/frame, ETA ",
+             duration_text(per_frame * static_cast<double>(todo.size() - i - 1)));
     std::printf("%s  stream %s  t=%.6f  %s  %zu boxes  %.2f s%s\n", frames[k].path.c_str(), d.stream.c_str(), d.timestamp,
                 d.used_history ? "history" : "first frame", d.boxes.size(), d.seconds,
                 d.untrained ? "  (UNTRAINED weights: boxes are meaningless)" : "");
@@ -235,7 +237,7 @@ Runner add_detect(CLI::App& app) {
   sub->add_option("--nusc", a->nusc, "Write nuScenes results_nusc.json, one sample at a time as frames finish (needs their token and ego pose)");
   sub->add_flag("--resume", a->resume, "With --nusc: keep the samples already in the file and skip the scenes they complete");
   sub->add_option("--shard", a->shard, "Run only the K-th of N parts (K/N, 1-based), split by scene so history stays on one worker");
-  sub->add_option("--threads", a->threads, "CPU threads (0: one per hardware thread)")->capture_default_str();
+  sub->add_option("--threads", a->threads, "CPU threads (0: one per hardware thread)")->capture_default_str()->check(CLI::Range(0, 1024));
   sub->add_option("--precision", a->precision, "f32 | bf16")->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
   add_backend_option(sub, a->backend);
   sub->add_option("--top", a->top, "Boxes printed per frame")->capture_default_str();

@@ -1,6 +1,7 @@
 // bevformer serve [--weights W] [--config C] [--host H] [--port P] [--workers N] [--queue N]
-// [--timeout S] [--max-body-mb N] [--max-cameras N] [--threads N] [--precision f32|bf16]
-// [--max-streams N] [--stream-ttl S] [--pipeline]: the HTTP API of docs/API.md. SIGTERM or SIGINT stops it
+// [--timeout S] [--max-body-mb N] [--max-inflight-mb N] [--max-cameras N] [--http-threads N]
+// [--max-connections N] [--read-timeout S] [--threads N] [--precision f32|bf16] [--max-streams N]
+// [--stream-ttl S] [--pipeline]: the HTTP API of docs/API.md. SIGTERM or SIGINT stops it
 // gracefully: new frames get 503, accepted ones finish, then it exits 0.
 #include <pthread.h>
 #include <signal.h>
@@ -12,8 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bevformer/error.h"
 #include "bevformer/model.h"
 #include "commands.h"
+#include "core/log.h"
 #include "server/http_server.h"
 #include "server/service.h"
 
@@ -29,6 +32,9 @@ struct ServeArgs {
   size_t queue = 32;
   double timeout = 30;
   size_t max_body_mb = 64;
+  size_t max_inflight_mb = 1024;
+  size_t max_connections = 1024;
+  double read_timeout = 30;
   size_t max_cameras = 12;
   size_t http_threads = 64;
   int threads = 0;
@@ -41,7 +47,7 @@ struct ServeArgs {
 
 int run(const ServeArgs& a) {
   // Signals are taken by one thread with sigwait: block them before any other thread starts, so
-  // the library's and httplib's threads inherit the mask and never run a handler.
+  // the library's and the HTTP layer's threads inherit the mask and never run a handler.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
@@ -56,9 +62,14 @@ int run(const ServeArgs& a) {
   knobs.max_streams = a.max_streams;
   knobs.stream_ttl_seconds = a.stream_ttl;
   knobs.pipeline = a.pipeline;
+  if (a.max_inflight_mb < 3 * a.max_body_mb) {
+    // A body counts three times while it is parsed: a larger one could never be taken, only refused 503.
+    throw bev::Error(bev::ErrorKind::kInvalidInput, "--max-inflight-mb " + std::to_string(a.max_inflight_mb) + " is below three times --max-body-mb " +
+                                              std::to_string(a.max_body_mb))
+        .expected("--max-inflight-mb >= 3 x --max-body-mb");
+  }
   if (a.weights.empty()) {
-    std::fprintf(stderr, "serve: no --weights: seeded random weights (seed %llu), UNTRAINED: detections are meaningless\n",
-                 static_cast<unsigned long long>(knobs.seed));
+    log_warn("serve: no --weights: seeded random weights (seed ", knobs.seed, "), UNTRAINED: detections are meaningless");
   }
   const std::unique_ptr<Model> model = Model::load(a.config, a.weights, knobs);
 
@@ -67,6 +78,7 @@ int run(const ServeArgs& a) {
   so.queue_capacity = a.queue;
   so.request_timeout_seconds = a.timeout;
   so.max_body_bytes = a.max_body_mb << 20;
+  so.max_inflight_bytes = a.max_inflight_mb << 20;
   so.limits.max_cameras = a.max_cameras;
   so.model_info = {{"config", a.config},
                    {"weights", a.weights.empty() ? "random (seed " + std::to_string(knobs.seed) + ")" : a.weights},
@@ -84,12 +96,19 @@ int run(const ServeArgs& a) {
                      {"stream_ttl_seconds", knobs.stream_ttl_seconds},
                      {"max_gap_seconds", knobs.max_gap_seconds},
                      {"replay", knobs.replay},
-                     {"pipeline", knobs.pipeline}}}};
+                     {"pipeline", knobs.pipeline}}},
+                   {"http",
+                    {{"threads", a.http_threads},
+                     {"max_connections", a.max_connections},
+                     {"read_timeout_seconds", a.read_timeout},
+                     {"max_header_bytes", server::HttpOptions{}.max_header_bytes}}}};
   server::Service service(*model, so);
   server::HttpOptions ho;
   ho.host = a.host;
   ho.port = a.port;
   ho.threads = a.http_threads;
+  ho.max_connections = a.max_connections;
+  ho.read_timeout_seconds = a.read_timeout;
   server::HttpServer http(service, ho);
   const int port = http.bind();
   // Scripts and tests read the port from this line (--port 0 picks a free one).
@@ -100,7 +119,7 @@ int run(const ServeArgs& a) {
     int sig = 0;
     sigwait(&stop_signals, &sig);
     if (sig == SIGUSR2) return;  // our own wake-up after run() ended for another reason
-    std::fprintf(stderr, "serve: %s: finishing accepted frames, refusing new ones\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    log_info("serve: ", sig == SIGTERM ? "SIGTERM" : "SIGINT", ": finishing accepted frames, refusing new ones");
     http.shutdown();
   });
   http.run();
@@ -108,7 +127,7 @@ int run(const ServeArgs& a) {
   pthread_kill(signals.native_handle(), SIGUSR2);
   signals.join();
   service.finish();
-  std::fprintf(stderr, "serve: stopped\n");
+  log_info("serve: stopped");
   return 0;
 }
 
@@ -122,12 +141,25 @@ Runner add_serve(CLI::App& app) {
   sub->add_option("--host", a->host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", a->port, "Port (0: any free port, printed at start)")->capture_default_str()->check(CLI::Range(0, 65535));
   sub->add_option("--workers", a->workers, "Frames of different streams processed at once")->capture_default_str()->check(CLI::Range(1, 256));
-  sub->add_option("--queue", a->queue, "Frames that may wait for a worker; past it requests get 429")->capture_default_str();
+  sub->add_option("--queue", a->queue, "Frames that may wait for a worker; past it requests get 429")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   sub->add_option("--timeout", a->timeout, "Seconds a frame request may take (queue + run); past it 504")->capture_default_str()->check(CLI::PositiveNumber);
   sub->add_option("--max-body-mb", a->max_body_mb, "Largest request body (MiB); past it 413")->capture_default_str()->check(CLI::Range(1, 4096));
-  sub->add_option("--max-cameras", a->max_cameras, "Most cameras per frame")->capture_default_str();
-  sub->add_option("--http-threads", a->http_threads, "Connections served at once")->capture_default_str()->check(CLI::Range(1, 4096));
-  sub->add_option("--threads", a->threads, "CPU threads for the kernels (0: one per hardware thread)")->capture_default_str();
+  sub->add_option("--max-inflight-mb", a->max_inflight_mb,
+                  "Request bytes held at once (bodies, frames and their decoded pixels, MiB); past it 503")
+      ->capture_default_str()
+      ->check(CLI::Range(3, 1 << 20));
+  sub->add_option("--max-cameras", a->max_cameras, "Most cameras per frame")->capture_default_str()->check(CLI::Range(1, 64));
+  sub->add_option("--http-threads", a->http_threads, "Requests handled at once (a frame request holds one until answered)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  sub->add_option("--max-connections", a->max_connections, "Connections open at once; past it 503")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--read-timeout", a->read_timeout,
+                  "Seconds a client has to send a whole request (and to take its answer); also the keep-alive idle time")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--threads", a->threads, "CPU threads for the kernels (0: one per hardware thread)")->capture_default_str()->check(CLI::Range(0, 1024));
   sub->add_option("--precision", a->precision, "f32 | bf16")->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
   add_backend_option(sub, a->backend);
   sub->add_option("--max-streams", a->max_streams, "Streams kept; past it the least recently used is evicted")->capture_default_str();

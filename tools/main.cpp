@@ -14,7 +14,8 @@ int report_exception() {
     throw;
   } catch (const Error& e) {
     std::fprintf(stderr, "bevformer: %s: %s\n", error_kind_name(e.kind()), e.what());
-    return e.kind() == ErrorKind::kInternal || e.kind() == ErrorKind::kIo ? 3 : 2;
+    // 2: the caller's input; 3: the machine or the engine (i/o, a bug, a resource busy for now).
+    return e.kind() == ErrorKind::kInternal || e.kind() == ErrorKind::kIo || e.kind() == ErrorKind::kBusy ? 3 : 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bevformer: internal error: %s\n", e.what());
     return 3;

@@ -16,6 +16,7 @@ enum class ErrorKind : uint8_t {
   kUnsupported,   // well-formed but outside what the engine does (legacy format, dtype, option)
   kIo,            // the operating system failed us (open, read, mmap)
   kInternal,      // a bug in the engine: an invariant broke
+  kBusy,          // a resource is exhausted for now (every stream slot leased): the same call may succeed later
 };
 
 const char* error_kind_name(ErrorKind kind);

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "bevformer/frame.h"
+
 namespace bev {
 
 struct Knobs {
@@ -127,6 +129,10 @@ class Model {
   // nothing is read from disk). Inline base64 images work as usually. A name with no entry, or
   // an entry no camera names, is Error(kInvalidInput).
   Detections detect(const std::string& frame_json, const AttachedImages& images, const DetectOptions& options = {});
+  // A frame as it is (bevformer/frame.h): parsed already, or filled by the caller. Relative image
+  // paths resolve against base_dir; with base_dir "" no file is read and every camera must carry
+  // its image_bytes (what a server passes on, without copying them).
+  Detections detect(const Frame& frame, const std::string& base_dir, const DetectOptions& options = {});
 
   std::vector<StreamStatus> streams() const;
   bool drop_stream(const std::string& id);
@@ -145,6 +151,8 @@ class Model {
   Model();
   Detections detect_text(const std::string& text, const std::string& base_dir, const std::string& where,
                          const DetectOptions& options, const AttachedImages* images = nullptr);
+  Detections detect_frame(const Frame& frame, const std::string& base_dir, const std::string& where,
+                          const DetectOptions& options, double parse_seconds);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

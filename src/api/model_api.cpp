@@ -10,6 +10,7 @@
 
 #include "bevformer/error.h"
 #include "core/log.h"
+#include "io/byte_source.h"
 #include "io/checkpoint.h"
 #include "io/detections_json.h"
 #include "io/frame_json.h"
@@ -140,9 +141,9 @@ std::unique_ptr<Model> Model::load(const std::string& config, const std::string&
 }
 
 Detections Model::detect_file(const std::string& frame_json_path, const DetectOptions& options) {
-  std::ifstream in(frame_json_path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::kNotFound, "cannot open the frame file").where(frame_json_path);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // A regular file of bounded size only: a FIFO would block forever, /dev/zero read until memory
+  // runs out, and a directory is the caller's mistake (exit 2), not an i/o failure.
+  const std::string text = read_regular_file(frame_json_path, kMaxFrameFileBytes, "frame file");
   const std::filesystem::path dir = std::filesystem::path(frame_json_path).parent_path();
   return detect_text(text, dir.empty() ? "." : dir.string(), frame_json_path, options);
 }
@@ -155,13 +156,18 @@ Detections Model::detect(const std::string& frame_json, const AttachedImages& im
   return detect_text(frame_json, "", "frame", options, &images);
 }
 
+Detections Model::detect(const Frame& frame, const std::string& base_dir, const DetectOptions& options) {
+  return detect_frame(frame, base_dir, "frame", options, 0);
+}
+
 namespace {
 
-// Fills the cameras' images from `images` by the names their "image" fields give.
-void attach_images(FrameSpec& spec, const AttachedImages& images, const std::string& where) {
+// Points the cameras' images at `images` by the names their "image" fields give (views: the
+// caller's bytes outlive the call).
+void attach_images(Frame& spec, const AttachedImages& images, const std::string& where) {
   std::set<std::string_view> used;
   for (size_t i = 0; i < spec.cameras.size(); ++i) {
-    CameraSpec& cam = spec.cameras[i];
+    Camera& cam = spec.cameras[i];
     if (cam.image_path.empty()) continue;  // inline base64
     const auto it = images.find(cam.image_path);
     if (it == images.end()) {
@@ -169,7 +175,8 @@ void attach_images(FrameSpec& spec, const AttachedImages& images, const std::str
           .where(where + ": cameras[" + std::to_string(i) + "].image")
           .expected("one of the attached images (names: the multipart part names)");
     }
-    cam.image_bytes.assign(it->second.begin(), it->second.end());
+    cam.image_bytes.owner = nullptr;
+    cam.image_bytes.bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(it->second.data()), it->second.size());
     cam.image_path.clear();
     used.insert(it->first);
   }
@@ -186,13 +193,29 @@ void attach_images(FrameSpec& spec, const AttachedImages& images, const std::str
 
 Detections Model::detect_text(const std::string& text, const std::string& base_dir, const std::string& where,
                               const DetectOptions& options, const AttachedImages* images) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Frame spec = parse_frame_json(text, where);
+  if (images) attach_images(spec, *images, where);
+  return detect_frame(spec, base_dir, where, options,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+Detections Model::detect_frame(const Frame& spec, const std::string& base_dir, const std::string& where,
+                               const DetectOptions& options, double parse_seconds) {
   Impl& s = *impl_;
   Engine& engine = *s.engine;
   const ModelConfig& cfg = engine.config();
-  const auto t0 = std::chrono::steady_clock::now();
-  FrameSpec spec = parse_frame_json(text, where);
-  if (images) attach_images(spec, *images, where);
-  const double parse_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto t0 = std::chrono::steady_clock::now() - std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                        std::chrono::duration<double>(parse_seconds));
+  if (base_dir.empty()) {
+    for (size_t i = 0; i < spec.cameras.size(); ++i) {
+      if (spec.cameras[i].image_bytes.empty()) {
+        throw Error(ErrorKind::kInvalidInput, "names the image file '" + spec.cameras[i].image_path + "'")
+            .where(where + ": cameras[" + std::to_string(i) + "].image")
+            .expected("the image's bytes (no base directory was given, so no file is read)");
+      }
+    }
+  }
   DetectRequest request;
   request.taps = !options.dump_dir.empty();
   request.keep_images = !options.render_png.empty();

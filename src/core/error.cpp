@@ -11,6 +11,7 @@ const char* error_kind_name(ErrorKind kind) {
     case ErrorKind::kUnsupported: return "unsupported";
     case ErrorKind::kIo: return "i/o error";
     case ErrorKind::kInternal: return "internal error";
+    case ErrorKind::kBusy: return "busy";
   }
   return "error";
 }

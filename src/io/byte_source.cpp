@@ -13,8 +13,25 @@
 
 namespace bev {
 
-std::shared_ptr<const ByteSource> ByteSource::map_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+namespace {
+
+const char* file_type_name(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
+
+std::string size_text(uint64_t n) { return std::to_string(n) + " bytes"; }
+
+}  // namespace
+
+std::shared_ptr<const ByteSource> ByteSource::map_file(const std::string& path, uint64_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer before fstat can say
+  // what it is. It changes nothing for a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     const int e = errno;
     throw Error(e == ENOENT ? ErrorKind::kNotFound : ErrorKind::kIo,
@@ -29,7 +46,13 @@ std::shared_ptr<const ByteSource> ByteSource::map_file(const std::string& path) 
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw Error(ErrorKind::kInvalidInput, "not a regular file").where(path);
+    throw Error(ErrorKind::kInvalidInput, std::string("is ") + file_type_name(st.st_mode)).where(path).expected("a regular file");
+  }
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    throw Error(ErrorKind::kInvalidInput, "the file is " + size_text(static_cast<uint64_t>(st.st_size)))
+        .where(path)
+        .expected("at most " + size_text(max_bytes));
   }
   auto src = std::shared_ptr<ByteSource>(new ByteSource());
   src->name_ = path;
@@ -59,6 +82,17 @@ std::shared_ptr<const ByteSource> ByteSource::from_bytes(std::vector<uint8_t> by
 
 ByteSource::~ByteSource() {
   if (mapped_ && data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+std::string read_regular_file(const std::string& path, uint64_t max_bytes, const std::string& what) {
+  std::shared_ptr<const ByteSource> src;
+  try {
+    src = ByteSource::map_file(path, max_bytes);
+  } catch (Error& e) {
+    if (e.kind() == ErrorKind::kNotFound) throw Error(ErrorKind::kNotFound, "no such " + what).where(path);
+    throw;
+  }
+  return std::string(reinterpret_cast<const char*>(src->data()), src->size());
 }
 
 }  // namespace bev

@@ -14,8 +14,10 @@ namespace bev {
 
 class ByteSource {
  public:
-  // Maps `path` read-only. Throws Error (kNotFound / kIo) with the path and errno text.
-  static std::shared_ptr<const ByteSource> map_file(const std::string& path);
+  // Maps `path` read-only. Only a regular file of at most `max_bytes` is read: a directory, FIFO,
+  // socket or device is Error(kInvalidInput) at once (opening never blocks on a FIFO without a
+  // writer), as is a larger file; a missing one is kNotFound, other failures kIo, with the path.
+  static std::shared_ptr<const ByteSource> map_file(const std::string& path, uint64_t max_bytes = UINT64_MAX);
   // Takes ownership of `bytes`; `name` is what error messages call it.
   static std::shared_ptr<const ByteSource> from_bytes(std::vector<uint8_t> bytes, std::string name);
 
@@ -36,6 +38,11 @@ class ByteSource {
   bool mapped_ = false;
   std::vector<uint8_t> owned_;
 };
+
+// The whole of a regular file of at most `max_bytes` as text, under map_file's rules; `what`
+// names it in errors ("config", "frame file"). For readers of small text files (configs, frames)
+// that would otherwise wait forever on a FIFO or read /dev/zero until memory runs out.
+std::string read_regular_file(const std::string& path, uint64_t max_bytes, const std::string& what);
 
 // Little-endian reads from a span, bounds-checked by the caller.
 inline uint16_t read_le16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }

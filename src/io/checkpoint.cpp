@@ -50,9 +50,13 @@ Tensor tensor_over_source(const std::shared_ptr<const ByteSource>& source, uint6
 }
 
 Checkpoint load_checkpoint(std::shared_ptr<const ByteSource> source, const LoadOptions& options) {
-  if (looks_like_zip(source->span()) || (source->size() >= 2 && source->data()[0] == 0x80)) {
-    return read_pth(std::move(source), options);
-  }
+  if (looks_like_zip(source->span())) return read_pth(std::move(source), options);
+  // safetensors: an 8-byte little-endian header length, then the header, which must begin with
+  // '{'. Tested before the pickle magic: the length's first byte may be anything, 0x80 included
+  // (a header of 128 + 256k bytes).
+  const bool safetensors = source->size() >= 9 && read_le64(source->data()) <= source->size() - 8 && source->data()[8] == '{';
+  if (safetensors) return read_safetensors(std::move(source));
+  if (source->size() >= 2 && source->data()[0] == 0x80) return read_pth(std::move(source), options);  // names the legacy format
   // Neither signature matched. When the would-be safetensors header length cannot be right either,
   // say plainly that this is not a checkpoint rather than blaming a header it never had.
   if (source->size() < 8 || read_le64(source->data()) > source->size() - 8) {

@@ -26,6 +26,8 @@ struct CheckpointMeta {
   std::string config_text;                        // meta config (the training config's text)
   std::vector<std::string> top_level_keys;        // pth: keys of the saved dict ('meta', 'state_dict', ...)
   std::string state_dict_key;                     // pth: where the tensors came from ("state_dict", "" = top)
+  std::vector<std::string> skipped_entries;       // pth: state_dict entries that are not tensors (also
+                                                  // raw["skipped_entries"] when raw is an object)
 };
 
 class Checkpoint {

@@ -1,5 +1,6 @@
 #include "io/frame_json.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -21,7 +22,6 @@ using ojson = nlohmann::ordered_json;
 constexpr int kMaxDepth = 16;           // the schema needs 4 (cameras[i].K[r][c])
 constexpr double kRigidTolerance = 1e-4;  // |RᵀR − I| of T_* matrices
 constexpr double kExactTolerance = 1e-9;  // structural zeros and ones (bottom rows, K's last row)
-constexpr uint64_t kMaxFrameFileBytes = 1ull << 30;
 
 // Field paths as a user reads them: "cameras[2].K[1][0]".
 using json_checks::item_path;
@@ -133,10 +133,12 @@ void check_intrinsics(const Mat3& k, const std::string& where, const std::string
   }
 }
 
-CameraSpec parse_camera(const json& c, const std::string& where, const std::string& path) {
+// `consume`: the tree is the caller's own non-const object (parse_frame_json's), so each inline
+// image's base64 text may be freed once decoded: the text and its bytes never coexist in full.
+Camera parse_camera(const json& c, const std::string& where, const std::string& path, bool consume) {
   if (!c.is_object()) fail(where, path, "is " + describe(c), "a camera object {name, image, K, T_ego_from_cam | lidar2img}");
   check_fields(c, where, path, {"name", "image", "K", "T_ego_from_cam", "lidar2img"});
-  CameraSpec cam;
+  Camera cam;
   if (!c.contains("name")) fail(where, join_path(path, "name"), "is missing", "the camera's name (e.g. \"CAM_FRONT\")");
   cam.name = text_field(c["name"], where, join_path(path, "name"));
   const std::string ip = join_path(path, "image");
@@ -151,8 +153,9 @@ CameraSpec parse_camera(const json& c, const std::string& where, const std::stri
     if (!img.contains("base64")) fail(where, join_path(ip, "base64"), "is missing", "the image file's bytes, base64-encoded");
     const json& b = img["base64"];
     if (!b.is_string()) fail(where, join_path(ip, "base64"), "is " + describe(b), "a base64 string");
-    cam.image_bytes = base64_decode(b.get_ref<const std::string&>(), where + ": " + join_path(ip, "base64"));
+    cam.image_bytes = ImageBytes::adopt(base64_decode(b.get_ref<const std::string&>(), where + ": " + join_path(ip, "base64")));
     if (cam.image_bytes.empty()) fail(where, join_path(ip, "base64"), "is empty", "the image file's bytes, base64-encoded");
+    if (consume) std::string().swap(const_cast<json&>(b).get_ref<std::string&>());
   } else {
     fail(where, ip, "is " + describe(img), "an image file path (relative to the frame file) or {\"base64\": \"...\"}");
   }
@@ -178,54 +181,103 @@ CameraSpec parse_camera(const json& c, const std::string& where, const std::stri
   return cam;
 }
 
-// Streaming JSON parse that refuses duplicate keys and deep nesting, naming the field path.
-json parse_strict(std::string_view text, const std::string& where) {
+// Streaming JSON parse that refuses duplicate keys and deep nesting, naming the field path. A
+// SAX handler of our own rather than json::parse with a callback: that one copies every string
+// out of the lexer's buffer, so a frame's base64 images were briefly held three times over.
+class StrictSax : public nlohmann::json_sax<json> {
+ public:
+  explicit StrictSax(const std::string& where) : where_(where) {}
+  json take() { return std::move(root_); }
+
+  bool null() override { return value(nullptr); }
+  bool boolean(bool v) override { return value(v); }
+  bool number_integer(number_integer_t v) override { return value(v); }
+  bool number_unsigned(number_unsigned_t v) override { return value(v); }
+  bool number_float(number_float_t v, const string_t&) override { return value(v); }
+  bool string(string_t& v) override { return value(std::move(v)); }
+  bool binary(binary_t& v) override { return value(std::move(v)); }
+  bool start_object(std::size_t) override { return open(json::value_t::object, true); }
+  bool start_array(std::size_t) override { return open(json::value_t::array, false); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override {
+    Level& top = stack_.back();
+    top.key = k;
+    if (!top.keys.insert(k).second) fail(where_, path_to(stack_.size()), "duplicate field", "each field once");
+    slot_ = &(*refs_.back())[k];
+    return true;
+  }
+  // Thrown as the parser made it, so the caller's catch sees its type (parse_error has the byte).
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) override {
+    if (const auto* pe = dynamic_cast<const json::parse_error*>(&ex)) throw *pe;
+    if (const auto* oe = dynamic_cast<const json::out_of_range*>(&ex)) throw *oe;
+    throw Error(ErrorKind::kInvalidInput, std::string("not valid JSON: ") + ex.what()).where(where_);
+  }
+
+ private:
   struct Level {
     bool object = false;
     std::string key;
     size_t index = 0;
     std::set<std::string> keys;
   };
-  std::vector<Level> stack;
-  auto path_to = [&](size_t levels) {
+
+  std::string path_to(size_t levels) const {
     std::string p;
-    for (size_t i = 0; i < levels; ++i) {
-      p = stack[i].object ? join_path(p, stack[i].key) : item_path(p, stack[i].index);
-    }
+    for (size_t i = 0; i < levels; ++i) p = stack_[i].object ? join_path(p, stack_[i].key) : item_path(p, stack_[i].index);
     return p;
-  };
-  auto after_value = [&]() {
-    if (!stack.empty() && !stack.back().object) ++stack.back().index;
-  };
-  const json::parser_callback_t cb = [&](int, json::parse_event_t event, json& parsed) -> bool {
-    switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start:
-        if (stack.size() >= kMaxDepth) {
-          fail(where, path_to(stack.size()), "nests deeper than " + std::to_string(kMaxDepth) + " levels",
-               "a frame object (matrices nest 2 levels)");
-        }
-        stack.push_back({event == json::parse_event_t::object_start, {}, 0, {}});
-        break;
-      case json::parse_event_t::key: {
-        Level& top = stack.back();
-        top.key = parsed.get<std::string>();
-        if (!top.keys.insert(top.key).second) {
-          fail(where, path_to(stack.size()), "duplicate field", "each field once");
-        }
-        break;
-      }
-      case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end:
-        stack.pop_back();
-        after_value();
-        break;
-      case json::parse_event_t::value: after_value(); break;
+  }
+  template <typename V>
+  json* place(V&& v) {
+    if (refs_.empty()) {
+      root_ = json(std::forward<V>(v));
+      return &root_;
     }
+    json& parent = *refs_.back();
+    if (parent.is_array()) {
+      parent.emplace_back(std::forward<V>(v));
+      return &parent.back();
+    }
+    *slot_ = json(std::forward<V>(v));
+    return slot_;
+  }
+  template <typename V>
+  bool value(V&& v) {
+    place(std::forward<V>(v));
+    after_value();
     return true;
-  };
+  }
+  bool open(json::value_t type, bool object) {
+    if (stack_.size() >= kMaxDepth) {
+      fail(where_, path_to(stack_.size()), "nests deeper than " + std::to_string(kMaxDepth) + " levels",
+           "a frame object (matrices nest 2 levels)");
+    }
+    refs_.push_back(place(type));
+    stack_.push_back({object, {}, 0, {}});
+    return true;
+  }
+  bool close() {
+    refs_.pop_back();
+    stack_.pop_back();
+    after_value();
+    return true;
+  }
+  void after_value() {
+    if (!stack_.empty() && !stack_.back().object) ++stack_.back().index;
+  }
+
+  const std::string& where_;
+  json root_;
+  std::vector<json*> refs_;  // the open containers, innermost last
+  json* slot_ = nullptr;     // the member the last key named
+  std::vector<Level> stack_;
+};
+
+json parse_strict(std::string_view text, const std::string& where) {
+  StrictSax sax(where);
   try {
-    return json::parse(text.begin(), text.end(), cb);
+    json::sax_parse(text.begin(), text.end(), &sax);
+    return sax.take();
   } catch (const json::parse_error& e) {
     std::string msg = e.what();
     if (const auto p = msg.find("syntax error"); p != std::string::npos) msg = msg.substr(p);
@@ -310,14 +362,19 @@ std::string char_text(char c) {
 
 }  // namespace
 
-FrameSpec frame_from_json(const json& j, const std::string& where) {
+static Frame frame_from(const json& j, const std::string& where, bool consume) {
   if (!j.is_object()) fail(where, "", "the frame is " + describe(j), "a JSON object (docs/FORMATS.md, Frames)");
   check_fields(j, where, "", {"stream", "timestamp", "scene", "token", "T_world_from_ego", "T_ego_from_lidar", "can_bus", "cameras"});
-  FrameSpec f;
+  Frame f;
   if (!j.contains("stream")) fail(where, "stream", "is missing", "the stream id (history is kept per stream)");
   f.stream = text_field(j["stream"], where, "stream");
   if (!j.contains("timestamp")) fail(where, "timestamp", "is missing", "the frame's time in seconds");
   f.timestamp = number(j["timestamp"], where, "timestamp");
+  if (std::abs(f.timestamp) > kMaxTimestampSeconds) {
+    // Milliseconds or nanoseconds sent as seconds, or a sentinel such as 1e308: every later frame
+    // of the stream would be out of order or a time gap.
+    fail(where, "timestamp", "is " + text(f.timestamp), "seconds, at most 1e11 from 0 (Unix time is about 1.7e9)");
+  }
   if (j.contains("scene")) f.scene = text_field(j["scene"], where, "scene");
   if (j.contains("token")) f.token = text_field(j["token"], where, "token");
   if (j.contains("T_world_from_ego")) {
@@ -359,7 +416,7 @@ FrameSpec frame_from_json(const json& j, const std::string& where) {
   const json& cams = j["cameras"];
   if (!cams.is_array() || cams.empty()) fail(where, "cameras", "is " + describe(cams), "a non-empty list of cameras");
   for (size_t i = 0; i < cams.size(); ++i) {
-    CameraSpec cam = parse_camera(cams[i], where, item_path("cameras", i));
+    Camera cam = parse_camera(cams[i], where, item_path("cameras", i), consume);
     for (size_t k = 0; k < f.cameras.size(); ++k) {
       if (f.cameras[k].name == cam.name) {
         fail(where, join_path(item_path("cameras", i), "name"), "\"" + cam.name + "\" is also the name of cameras[" + std::to_string(k) + "]",
@@ -371,27 +428,42 @@ FrameSpec frame_from_json(const json& j, const std::string& where) {
   return f;
 }
 
-FrameSpec parse_frame_json(std::string_view text, const std::string& where) {
-  return frame_from_json(parse_strict(text, where), where);
+Frame frame_from_json(const json& j, const std::string& where) { return frame_from(j, where, false); }
+
+ImageBytes ImageBytes::copy_of(std::span<const uint8_t> data) { return adopt(std::vector<uint8_t>(data.begin(), data.end())); }
+
+ImageBytes ImageBytes::adopt(std::vector<uint8_t> data) {
+  auto owned = std::make_shared<const std::vector<uint8_t>>(std::move(data));
+  ImageBytes b;
+  b.bytes = std::span<const uint8_t>(owned->data(), owned->size());
+  b.owner = std::move(owned);
+  return b;
 }
 
-FrameSpec read_frame_json(const std::string& path) {
-  std::shared_ptr<const ByteSource> src;
-  try {
-    src = ByteSource::map_file(path);
-  } catch (Error& e) {
-    if (e.kind() == ErrorKind::kNotFound) throw Error(ErrorKind::kNotFound, "no such frame file").where(path);
-    throw;
-  }
-  if (src->size() > kMaxFrameFileBytes) {
-    throw Error(ErrorKind::kInvalidInput, "the frame file is " + std::to_string(src->size()) + " bytes")
-        .where(path)
-        .expected("at most 1 GiB");
-  }
-  return parse_frame_json(std::string_view(reinterpret_cast<const char*>(src->data()), src->size()), path);
+bool ImageBytes::operator==(const ImageBytes& other) const {
+  return bytes.size() == other.bytes.size() && std::equal(bytes.begin(), bytes.end(), other.bytes.begin());
 }
 
-ojson to_json(const FrameSpec& spec) {
+Frame parse_frame(std::string_view json_text, const std::string& where) { return parse_frame_json(json_text, where); }
+Frame read_frame(const std::string& path) { return read_frame_json(path); }
+std::string frame_json(const Frame& frame) { return frame_json_text(frame); }
+
+Frame parse_frame_json(std::string_view text, const std::string& where) {
+  json tree = parse_strict(text, where);
+  return frame_from(tree, where, true);
+}
+
+Frame parse_frame_json_owned(std::string text, const std::string& where) {
+  json tree = parse_strict(text, where);
+  std::string().swap(text);  // the tree holds what the text held (the base64 images)
+  return frame_from(tree, where, true);
+}
+
+Frame read_frame_json(const std::string& path) {
+  return parse_frame_json_owned(read_regular_file(path, kMaxFrameFileBytes, "frame file"), path);
+}
+
+ojson to_json(const Frame& spec) {
   ojson j;
   j["stream"] = spec.stream;
   j["timestamp"] = spec.timestamp;
@@ -401,11 +473,11 @@ ojson to_json(const FrameSpec& spec) {
   if (spec.T_ego_from_lidar) j["T_ego_from_lidar"] = matrix_json<4, 4>(*spec.T_ego_from_lidar);
   if (spec.can_bus) j["can_bus"] = *spec.can_bus;
   ojson cams = ojson::array();
-  for (const CameraSpec& c : spec.cameras) {
+  for (const Camera& c : spec.cameras) {
     ojson cj;
     cj["name"] = c.name;
     if (c.image_path.empty()) {
-      cj["image"] = {{"base64", base64_encode(c.image_bytes)}};
+      cj["image"] = {{"base64", base64_encode(c.image_bytes.bytes)}};
     } else {
       cj["image"] = c.image_path;
     }
@@ -418,14 +490,14 @@ ojson to_json(const FrameSpec& spec) {
   return j;
 }
 
-std::string frame_json_text(const FrameSpec& spec) {
+std::string frame_json_text(const Frame& spec) {
   std::string out;
   emit(to_json(spec), 0, out);
   out += "\n";
   return out;
 }
 
-void write_frame_json(const std::string& path, const FrameSpec& spec) {
+void write_frame_json(const std::string& path, const Frame& spec) {
   const std::string text = frame_json_text(spec);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out || !out.write(text.data(), static_cast<std::streamsize>(text.size())) || !out.flush()) {

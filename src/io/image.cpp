@@ -135,13 +135,17 @@ ImageHeader inspect_image(std::span<const uint8_t> bytes, const std::string& nam
 
 Tensor decode_image(std::span<const uint8_t> bytes, const std::string& name) {
   const ImageHeader h = inspect_image(bytes, name);
+  verify_image_data(bytes, h, name);
   if (bytes.size() > static_cast<size_t>(INT_MAX)) {
     throw Error(ErrorKind::kUnsupported, "the image file is larger than 2 GiB").where(name);
   }
   const cv::Mat buf(1, static_cast<int>(bytes.size()), CV_8UC1, const_cast<uint8_t*>(bytes.data()));
-  cv::Mat img;
+  // Decoded straight into the tensor: imdecode keeps a destination of the right size and type,
+  // so the pixels exist once (a frame of large images would otherwise hold them twice).
+  Tensor t = Tensor::empty({h.height, h.width, 3}, DType::kU8);
+  cv::Mat img(h.height, h.width, CV_8UC3, t.raw_data());
   try {
-    img = cv::imdecode(buf, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
+    cv::imdecode(buf, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION, &img);
   } catch (const cv::Exception& e) {
     throw Error(ErrorKind::kInvalidInput, std::string(image_format_name(h.format)) + " image cannot be decoded: " + e.what())
         .where(name);
@@ -151,26 +155,23 @@ Tensor decode_image(std::span<const uint8_t> bytes, const std::string& name) {
         .where(name)
         .expected(std::string("a valid ") + image_format_name(h.format) + " file");
   }
-  if (img.type() != CV_8UC3 || img.cols != h.width || img.rows != h.height) {
+  if (img.type() != CV_8UC3 || img.cols != h.width || img.rows != h.height || img.data != t.raw_data()) {
     throw Error(ErrorKind::kInternal, "OpenCV decoded a " + std::to_string(img.cols) + "x" + std::to_string(img.rows) +
                                           " image of type " + std::to_string(img.type()) + " from a " +
-                                          std::to_string(h.width) + "x" + std::to_string(h.height) + " header")
+                                          std::to_string(h.width) + "x" + std::to_string(h.height) + " header" +
+                                          (img.data != t.raw_data() ? " into its own buffer" : ""))
         .where(name);
   }
-  Tensor t = Tensor::empty({img.rows, img.cols, 3}, DType::kU8);
-  auto* dst = t.data<uint8_t>();
-  const size_t row_bytes = static_cast<size_t>(img.cols) * 3;
-  for (int r = 0; r < img.rows; ++r) std::memcpy(dst + r * row_bytes, img.ptr<uint8_t>(r), row_bytes);
   return t;
 }
 
 Tensor read_image(const std::string& path) {
-  const auto src = ByteSource::map_file(path);
+  const auto src = ByteSource::map_file(path, kMaxImageFileBytes);
   return decode_image(src->span(), path);
 }
 
 std::vector<uint8_t> read_file_bytes(const std::string& path) {
-  const auto src = ByteSource::map_file(path);
+  const auto src = ByteSource::map_file(path, kMaxImageFileBytes);
   return {src->data(), src->data() + src->size()};
 }
 

@@ -218,7 +218,7 @@ NuScenesInfo read_nuscenes_info(const std::string& path) {
   return info;
 }
 
-std::vector<FrameSpec> info_to_frames(const NuScenesInfo& info, const std::string& out_dir,
+std::vector<Frame> info_to_frames(const NuScenesInfo& info, const std::string& out_dir,
                                       const ConvertInfoOptions& options) {
   const fs::path info_dir = fs::path(info.path).parent_path();
   const fs::path images_dir = options.images_dir.empty() ? (info_dir.empty() ? fs::path(".") : info_dir)
@@ -236,10 +236,10 @@ std::vector<FrameSpec> info_to_frames(const NuScenesInfo& info, const std::strin
     int run = 0;
   };
   std::map<std::string, LogRun> logs;
-  std::vector<FrameSpec> frames;
+  std::vector<Frame> frames;
   for (const InfoSample* s : order) {
     const std::string where = info.path + ": data_list[" + std::to_string(s->index) + "]";
-    FrameSpec f;
+    Frame f;
     f.stream = stream;
     f.timestamp = s->timestamp;
     if (options.scene) {
@@ -259,7 +259,7 @@ std::vector<FrameSpec> info_to_frames(const NuScenesInfo& info, const std::strin
     f.T_world_from_ego = s->ego2global;
     f.T_ego_from_lidar = s->lidar2ego;
     for (const InfoCamera& c : s->cameras) {
-      CameraSpec cam;
+      Camera cam;
       cam.name = c.name;
       cam.image_path = relative_to(resolve_image(images_dir, c, where + ".images." + c.name), out_dir);
       cam.lidar2img = mat4_mul(c.cam2img, c.lidar2cam);
@@ -273,7 +273,7 @@ std::vector<FrameSpec> info_to_frames(const NuScenesInfo& info, const std::strin
 std::vector<std::string> convert_info(const std::string& info_path, const std::string& out_dir,
                                       const ConvertInfoOptions& options) {
   const NuScenesInfo info = read_nuscenes_info(info_path);
-  const std::vector<FrameSpec> frames = info_to_frames(info, out_dir, options);
+  const std::vector<Frame> frames = info_to_frames(info, out_dir, options);
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec || !fs::is_directory(out_dir)) {

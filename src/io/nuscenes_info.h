@@ -69,7 +69,7 @@ struct ConvertInfoOptions {
 // entry's scene_token; else the nuScenes log name of its files ("<log>__CAM_FRONT__<t>.jpg"),
 // with "/<k>" counting the runs of entries less than 2 s apart within the log (nuScenes
 // keyframes are 0.5 s apart; scenes of one log are separated in time); else none.
-std::vector<FrameSpec> info_to_frames(const NuScenesInfo& info, const std::string& out_dir,
+std::vector<Frame> info_to_frames(const NuScenesInfo& info, const std::string& out_dir,
                                       const ConvertInfoOptions& options);
 
 // info_to_frames, then writes OUT/frame_<k>.json (k zero-padded to 4+ digits, timestamp order)

@@ -120,6 +120,12 @@ const char* kind_name(Kind k) {
   return "?";
 }
 
+std::string a_kind(Kind k) {
+  const std::string name = kind_name(k);
+  if (k == Kind::kNone) return name;
+  return (k == Kind::kInt || k == Kind::kObject ? "an " : "a ") + name;
+}
+
 const Value* Value::get(std::string_view key) const {
   if (kind != Kind::kDict) return nullptr;
   for (const auto& [k, v] : entries) {
@@ -322,7 +328,7 @@ struct Unpickler::Impl {
     }
     // Placeholders take items too: dict subclasses in `meta` (mmcv's ConfigDict) arrive that way.
     if (dict->kind != Kind::kDict && dict->kind != Kind::kObject) {
-      bad(std::string(what) + " on a " + kind_name(dict->kind), "a dict");
+      bad(std::string(what) + " on " + a_kind(dict->kind), "a dict");
     }
     for (size_t i = 0; i < kv.size(); i += 2) {
       if (kv[i]->kind == Kind::kStr) {
@@ -339,7 +345,7 @@ struct Unpickler::Impl {
   // Placeholders collect appended items after their constructor arguments (list subclasses).
   void append_items(Value* target, const std::vector<Value*>& items, const char* what, Kind kind) {
     if (target->kind != kind && target->kind != Kind::kObject) {
-      bad(std::string(what) + " on a " + kind_name(target->kind), std::string("a ") + kind_name(kind));
+      bad(std::string(what) + " on " + a_kind(target->kind), a_kind(kind));
     }
     target->items.insert(target->items.end(), items.begin(), items.end());
   }
@@ -348,7 +354,7 @@ struct Unpickler::Impl {
 
   [[noreturn]] void bad_arg(std::string_view fn, size_t i, const char* name, const Value* v,
                             const char* expected) {
-    bad(std::string(fn) + " argument " + std::to_string(i + 1) + " (" + name + ") is a " + kind_name(v->kind),
+    bad(std::string(fn) + " argument " + std::to_string(i + 1) + " (" + name + ") is " + a_kind(v->kind),
         expected);
   }
 
@@ -372,7 +378,7 @@ struct Unpickler::Impl {
     for (const Value* e : t->items) {
       if (e->kind != Kind::kInt || e->i < 0) {
         bad(std::string(fn) + " " + name + " element is " +
-                (e->kind == Kind::kInt ? std::to_string(e->i) : std::string("a ") + kind_name(e->kind)),
+                (e->kind == Kind::kInt ? std::to_string(e->i) : a_kind(e->kind)),
             "a tuple of ints >= 0");
       }
       s.push_back(e->i);
@@ -444,7 +450,7 @@ struct Unpickler::Impl {
     } else if (src->kind == Kind::kList || src->kind == Kind::kTuple) {
       for (const Value* pair : src->items) {
         if ((pair->kind != Kind::kTuple && pair->kind != Kind::kList) || pair->items.size() != 2) {
-          bad(std::string("OrderedDict item is a ") + kind_name(pair->kind) + " of " +
+          bad(std::string("OrderedDict item is ") + a_kind(pair->kind) + " of " +
                   std::to_string(pair->items.size()) + " values",
               "(key, value) pairs");
         }
@@ -473,10 +479,10 @@ struct Unpickler::Impl {
   // What REDUCE, NEWOBJ and NEWOBJ_EX produce. Only allow-listed names are interpreted.
   Value* call(const Value* callable, const Value* args, const char* what) {
     if (callable->kind != Kind::kGlobal && callable->kind != Kind::kObject) {
-      bad(std::string(what) + " calls a " + kind_name(callable->kind), "a global");
+      bad(std::string(what) + " calls " + a_kind(callable->kind), "a global");
     }
     if (args->kind != Kind::kTuple) {
-      bad(std::string(what) + " arguments are a " + kind_name(args->kind), "a tuple");
+      bad(std::string(what) + " arguments are " + a_kind(args->kind), "a tuple");
     }
     const std::string& fn = callable->text;
     if (callable->kind == Kind::kObject) return placeholder(fn, args);
@@ -504,7 +510,7 @@ struct Unpickler::Impl {
     const Value* pid = pop("BINPERSID");
     const char* shape = "('storage', torch.<Type>Storage, key: str, location: str, numel: int)";
     if (pid->kind != Kind::kTuple || pid->items.size() != 5) {
-      bad(std::string("persistent id is a ") + kind_name(pid->kind) + " of " +
+      bad(std::string("persistent id is ") + a_kind(pid->kind) + " of " +
               std::to_string(pid->items.size()) + " items",
           shape);
     }
@@ -659,7 +665,7 @@ struct Unpickler::Impl {
         if (code == op::kNewObjEx) {
           const Value* kwargs = pop(what);  // not kept: placeholders record positional args only
           if (kwargs->kind != Kind::kDict) {
-            bad(std::string("NEWOBJ_EX kwargs are a ") + kind_name(kwargs->kind), "a dict");
+            bad(std::string("NEWOBJ_EX kwargs are ") + a_kind(kwargs->kind), "a dict");
           }
         }
         const Value* args = pop(what);

@@ -42,6 +42,8 @@ enum class Kind : uint8_t {
 };
 
 const char* kind_name(Kind k);
+// With its article, for messages: "an int", "a dict", "None".
+std::string a_kind(Kind k);
 
 struct Value;
 
@@ -116,8 +118,11 @@ std::string repr(const Value* v, size_t max_chars = 200, size_t max_items = 20);
 // Plain data as JSON (for checkpoint metadata): str/int/float/bool/None map directly, bytes as
 // "<N bytes>", tuples/lists/sets as arrays, dicts as objects when every key is a string (else an
 // array of [key, value] pairs), placeholders as "<module.name(...)>", tensors as "<tensor f32[..]>".
-// Depth is capped at `max_depth` and cycles render as "<cycle>". At most `max_nodes` values are
-// rendered (the rest as "<truncated>"): memo sharing can make a small pickle a huge tree.
-nlohmann::json to_json(const Value* v, size_t max_depth = 64, size_t max_nodes = 1 << 20);
+// Depth is capped at `max_depth` and cycles render as "<cycle>". At most `max_nodes` values and
+// `max_text_bytes` of strings are rendered (the rest as "<truncated>"): memo sharing can make a
+// 4 KiB pickle a tree of gigabytes. The defaults hold any real mmcv `meta` (its config text is
+// tens of KiB) and keep the JSON to a few MiB.
+nlohmann::json to_json(const Value* v, size_t max_depth = 64, size_t max_nodes = 1 << 16,
+                       size_t max_text_bytes = 4u << 20);
 
 }  // namespace bev::pickle

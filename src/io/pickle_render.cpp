@@ -163,6 +163,7 @@ class Repr {
 struct JsonWriter {
   size_t max_depth;
   size_t nodes_left;
+  size_t text_left;  // string bytes: a shared 1 KiB string referenced a million times is 1 GiB of JSON
   std::vector<const Value*> path;
 
   nlohmann::json value(const Value* v, size_t depth) {
@@ -174,7 +175,13 @@ struct JsonWriter {
       case Kind::kBool: return v->b;
       case Kind::kInt: return v->i;
       case Kind::kFloat: return v->f;
-      case Kind::kStr: return v->text;
+      case Kind::kStr:
+        if (v->text.size() > text_left) {
+          text_left = 0;
+          return "<truncated>";
+        }
+        text_left -= v->text.size();
+        return v->text;
       case Kind::kBytes: return "<" + std::to_string(v->text.size()) + " bytes>";
       case Kind::kGlobal: return "<" + v->text + ">";
       case Kind::kObject: return "<" + v->text + (v->items.empty() ? "()>" : "(...)>");
@@ -195,7 +202,10 @@ struct JsonWriter {
     } else if (std::all_of(v->entries.begin(), v->entries.end(),
                            [](const auto& e) { return e.first->kind == Kind::kStr; })) {
       out = nlohmann::json::object();
-      for (const auto& [k, e] : v->entries) out[k->text] = value(e, depth + 1);
+      for (const auto& [k, e] : v->entries) {
+        text_left -= std::min(text_left, k->text.size());
+        out[k->text] = value(e, depth + 1);
+      }
     } else {
       out = nlohmann::json::array();
       for (const auto& [k, e] : v->entries) {
@@ -213,8 +223,8 @@ std::string repr(const Value* v, size_t max_chars, size_t max_items) {
   return Repr(max_chars, max_items).run(v);
 }
 
-nlohmann::json to_json(const Value* v, size_t max_depth, size_t max_nodes) {
-  return JsonWriter{max_depth, max_nodes, {}}.value(v, 0);
+nlohmann::json to_json(const Value* v, size_t max_depth, size_t max_nodes, size_t max_text_bytes) {
+  return JsonWriter{max_depth, max_nodes, max_text_bytes, {}}.value(v, 0);
 }
 
 }  // namespace bev::pickle

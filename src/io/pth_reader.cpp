@@ -108,7 +108,7 @@ Checkpoint read_pth(std::shared_ptr<const ByteSource> source, const LoadOptions&
   pickle::Unpickler unpickler(zip.data(pkl_entry), where + ": " + pkl_entry.name);
   const Value* root = unpickler.load();
   if (root->kind != Kind::kDict) {
-    throw Error(ErrorKind::kInvalidInput, std::string("the pickled object is a ") + pickle::kind_name(root->kind))
+    throw Error(ErrorKind::kInvalidInput, std::string("the pickled object is ") + pickle::a_kind(root->kind))
         .where(where)
         .expected("a dict (a state_dict, or mmcv's {'meta', 'state_dict'})");
   }
@@ -132,7 +132,7 @@ Checkpoint read_pth(std::shared_ptr<const ByteSource> source, const LoadOptions&
   std::vector<std::string> skipped;
   for (const auto& [k, v] : sd->entries) {
     if (!k->is_str()) {
-      throw Error(ErrorKind::kInvalidInput, std::string("state_dict key is a ") + pickle::kind_name(k->kind))
+      throw Error(ErrorKind::kInvalidInput, std::string("state_dict key is ") + pickle::a_kind(k->kind))
           .where(where)
           .expected("string keys");
     }
@@ -178,7 +178,9 @@ Checkpoint read_pth(std::shared_ptr<const ByteSource> source, const LoadOptions&
   if (!skipped.empty()) {
     log_warn(where, ": skipped ", skipped.size(), " state_dict entries that are not tensors (first: '",
              skipped.front(), "')");
-    ck.meta.raw["skipped_entries"] = skipped;
+    // `meta` may be any picklable value (a string, a list): only an object takes a key.
+    if (ck.meta.raw.is_object()) ck.meta.raw["skipped_entries"] = skipped;
+    ck.meta.skipped_entries = std::move(skipped);
   }
   return ck;
 }

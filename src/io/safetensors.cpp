@@ -149,11 +149,12 @@ Checkpoint read_safetensors(std::shared_ptr<const ByteSource> source) {
       throw bad_header(src, key, "shape " + sh->dump() + " overflows");
     }
     const uint64_t es = dtype_size(e.dtype);
-    if (static_cast<uint64_t>(numel) > std::numeric_limits<uint64_t>::max() / es ||
-        static_cast<uint64_t>(numel) * es != e.end - e.begin) {
-      throw bad_header(src, key, std::string(dtype_safetensors_name(e.dtype)) + shape_str(e.shape) + " needs " +
-                                     std::to_string(static_cast<uint64_t>(numel) * es) + " bytes but data_offsets span " +
-                                     std::to_string(e.end - e.begin));
+    const bool past_64_bits = static_cast<uint64_t>(numel) > std::numeric_limits<uint64_t>::max() / es;
+    if (past_64_bits || static_cast<uint64_t>(numel) * es != e.end - e.begin) {
+      // The product is printed only when it is one: a wrapped one would read "needs 0 bytes".
+      const std::string needs = past_64_bits ? "more than 2^64" : std::to_string(static_cast<uint64_t>(numel) * es);
+      throw bad_header(src, key, std::string(dtype_safetensors_name(e.dtype)) + shape_str(e.shape) + " needs " + needs +
+                                     " bytes but data_offsets span " + std::to_string(e.end - e.begin));
     }
     entries.push_back(std::move(e));
   }

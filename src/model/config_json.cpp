@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "bevformer/error.h"
+#include "io/byte_source.h"
 #include "model/config_util.h"
 
 namespace bev {
@@ -666,14 +667,18 @@ ModelConfig load_config(const std::string& preset_or_json_path) {
   for (const auto& p : config_preset_names()) {
     if (preset_or_json_path == p) return config_preset(p);
   }
-  std::ifstream in(preset_or_json_path, std::ios::binary);
-  if (!in) {
+  std::string text;
+  try {
+    // A regular file of bounded size only (a FIFO would block, /dev/zero never end).
+    text = read_regular_file(preset_or_json_path, 16u << 20, "config");
+  } catch (Error& e) {
+    if (e.kind() != ErrorKind::kNotFound) throw;
     throw Error(ErrorKind::kNotFound, "'" + preset_or_json_path + "' is neither a model preset nor a readable file")
         .expected("one of tiny, small, base, or the path of a JSON config");
   }
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(text);
   } catch (const json::parse_error& e) {
     throw Error(ErrorKind::kInvalidInput, std::string("not valid JSON: ") + e.what())
         .where(preset_or_json_path)

@@ -56,7 +56,7 @@ StageRunner& Engine::runner() { return *impl_->runner; }
 StreamRegistry& Engine::streams() { return *impl_->streams; }
 const EngineOptions& Engine::options() const { return impl_->options; }
 
-FrameResult Engine::detect(const FrameSpec& spec, const std::string& base_dir, const DetectRequest& request) {
+FrameResult Engine::detect(const Frame& spec, const std::string& base_dir, const DetectRequest& request) {
   Impl& s = *impl_;
   const auto t0 = std::chrono::steady_clock::now();
   PreparedFrame frame;

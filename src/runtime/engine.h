@@ -85,7 +85,7 @@ class Engine {
   // the stream's history reset where its rules say, both stages run, the history carried on.
   // Frames of one stream run one at a time in the order they lease it; frames of different
   // streams may run concurrently (each stage one frame at a time).
-  FrameResult detect(const FrameSpec& spec, const std::string& base_dir, const DetectRequest& request = {});
+  FrameResult detect(const Frame& spec, const std::string& base_dir, const DetectRequest& request = {});
 
  private:
   Engine();

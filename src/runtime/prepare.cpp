@@ -18,16 +18,16 @@ constexpr const char* kNuScenesSlots[] = {"CAM_FRONT",      "CAM_FRONT_RIGHT", "
 
 std::string size_text(int w, int h) { return std::to_string(w) + "x" + std::to_string(h); }
 
-std::string camera_place(const FrameSpec& spec, size_t i) {
+std::string camera_place(const Frame& spec, size_t i) {
   return "cameras[" + std::to_string(i) + "] (" + spec.cameras[i].name + ")";
 }
 
 // Six nuScenes camera names in another order would silently feed each image to the wrong
 // cams_embeds slot: refuse, naming the first camera out of place.
-void check_nuscenes_order(const FrameSpec& spec) {
+void check_nuscenes_order(const Frame& spec) {
   if (spec.cameras.size() != 6) return;
   size_t known = 0;
-  for (const CameraSpec& c : spec.cameras) {
+  for (const Camera& c : spec.cameras) {
     for (const char* s : kNuScenesSlots) known += c.name == s;
   }
   if (known != 6) return;
@@ -71,7 +71,7 @@ Tensor preprocess_image(const Tensor& bgr, const ImageConfig& cfg) {
   return out;
 }
 
-Mat4 camera_lidar2img(const CameraSpec& cam, const Mat4& T_ego_from_lidar) {
+Mat4 camera_lidar2img(const Camera& cam, const Mat4& T_ego_from_lidar) {
   if (cam.lidar2img) return *cam.lidar2img;
   if (!cam.K || !cam.T_ego_from_cam) {
     throw Error(ErrorKind::kInvalidInput, "has no calibration").where(cam.name).expected("K and T_ego_from_cam, or lidar2img");
@@ -116,7 +116,7 @@ std::array<double, 4> rotation_quaternion_wxyz(const Mat4& t) {
   return q;
 }
 
-std::array<double, 18> absolute_can_bus(const FrameSpec& spec) {
+std::array<double, 18> absolute_can_bus(const Frame& spec) {
   if (!spec.T_world_from_ego) {
     if (!spec.can_bus) {
       throw Error(ErrorKind::kInvalidInput, "the frame has neither T_world_from_ego nor can_bus")
@@ -143,7 +143,7 @@ std::array<double, 18> absolute_can_bus(const FrameSpec& spec) {
   return cb;
 }
 
-PreparedFrame prepare_frame(const FrameSpec& spec, const ModelConfig& cfg, const std::string& base_dir,
+PreparedFrame prepare_frame(const Frame& spec, const ModelConfig& cfg, const std::string& base_dir,
                             ThreadPool* pool) {
   namespace fs = std::filesystem;
   const ImageConfig& ic = cfg.image;
@@ -170,16 +170,16 @@ PreparedFrame prepare_frame(const FrameSpec& spec, const ModelConfig& cfg, const
   const size_t per_camera = static_cast<size_t>(3) * padded.height * padded.width;
   const ImagePreprocess pre = image_preprocess_of(ic);
   auto one = [&](size_t i) {
-    const CameraSpec& cam = spec.cameras[i];
+    const Camera& cam = spec.cameras[i];
     const std::string place = camera_place(spec, i);
     std::shared_ptr<const ByteSource> file;
-    std::span<const uint8_t> bytes = cam.image_bytes;
+    std::span<const uint8_t> bytes = cam.image_bytes.bytes;
     std::string name = place + " image (base64)";
     if (!cam.image_path.empty()) {
       const fs::path path = fs::path(cam.image_path).is_absolute() ? fs::path(cam.image_path) : fs::path(base_dir) / cam.image_path;
       name = place + " image " + path.string();
       try {
-        file = ByteSource::map_file(path.string());
+        file = ByteSource::map_file(path.string(), kMaxImageFileBytes);
       } catch (Error& e) {
         throw e.where(name);
       }

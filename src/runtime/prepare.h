@@ -38,7 +38,7 @@ struct PreparedFrame {
 // resolved against `base_dir` (the frame file's folder) unless absolute. Errors are
 // Error(kInvalidInput) naming the camera (kNotFound for a missing image file). Cameras are
 // decoded in parallel on `pool` when given.
-PreparedFrame prepare_frame(const FrameSpec& spec, const ModelConfig& cfg, const std::string& base_dir,
+PreparedFrame prepare_frame(const Frame& spec, const ModelConfig& cfg, const std::string& base_dir,
                             ThreadPool* pool = nullptr);
 
 // One decoded BGR u8 [H, W, 3] image through the test pipeline: f32 [H_pad, W_pad, 3].
@@ -47,7 +47,7 @@ Tensor preprocess_image(const Tensor& bgr, const ImageConfig& cfg);
 
 // lidar2img of one camera at its image's resolution: the given one, or
 // [K 0; 0 1] @ inv(T_ego_from_cam) @ T_ego_from_lidar.
-Mat4 camera_lidar2img(const CameraSpec& cam, const Mat4& T_ego_from_lidar);
+Mat4 camera_lidar2img(const Camera& cam, const Mat4& T_ego_from_lidar);
 // diag(s, s, 1, 1) @ m (RandomScaleImageMultiViewImage).
 Mat4 scale_lidar2img(const Mat4& m, double s);
 
@@ -57,6 +57,6 @@ std::array<double, 4> rotation_quaternion_wxyz(const Mat4& T);
 // translation, [3:7] its quaternion, [16]/[17] the patch angle (yaw of the ego x axis in the world
 // xy-plane) in rad in [0, 2π) / deg in [0, 360), computed as get_data_info does, and [7:16] from
 // the frame's can_bus when given, else 0; without a pose, the frame's can_bus as it is.
-std::array<double, 18> absolute_can_bus(const FrameSpec& spec);
+std::array<double, 18> absolute_can_bus(const Frame& spec);
 
 }  // namespace bev

@@ -133,7 +133,7 @@ void StreamRegistry::evict_locked(double now, const std::string& keep) {
       }
     }
     if (oldest == streams_.end()) {
-      throw Error(ErrorKind::kUnsupported, "all " + std::to_string(limits_.max_streams) + " stream slots are busy")
+      throw Error(ErrorKind::kBusy, "all " + std::to_string(limits_.max_streams) + " stream slots are busy")
           .where("streams")
           .hint("retry later, or raise the stream limit");
     }

@@ -11,6 +11,7 @@ ApiError api_error_from(const Error& e, ErrorStage stage) {
     case ErrorKind::kNotFound: return {404, "not_found", e.what()};
     case ErrorKind::kUnsupported: return {request ? 415 : 422, "unsupported", e.what()};
     case ErrorKind::kIo: return {500, "io", e.what()};
+    case ErrorKind::kBusy: return {503, "busy", e.what(), 1};
     case ErrorKind::kInternal: break;
   }
   return {500, "internal", e.what()};
@@ -26,6 +27,16 @@ HttpResponse error_response(int status, const std::string& kind, const std::stri
   return r;
 }
 
-HttpResponse error_response(const ApiError& e) { return error_response(e.status(), e.kind(), e.what()); }
+HttpResponse error_response(const ApiError& e) {
+  HttpResponse r = error_response(e.status(), e.kind(), e.what());
+  if (e.retry_after_seconds() > 0) r.headers.emplace_back("Retry-After", std::to_string(e.retry_after_seconds()));
+  return r;
+}
+
+std::string error_kind_of(const HttpResponse& r) {
+  const nlohmann::json body = nlohmann::json::parse(r.body, nullptr, false);
+  if (!body.is_object() || !body.contains("error") || !body["error"].is_object()) return "";
+  return body["error"].value("kind", "");
+}
 
 }  // namespace bev::server

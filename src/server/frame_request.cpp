@@ -1,6 +1,8 @@
 #include "server/frame_request.h"
 
 #include <cctype>
+#include <optional>
+#include <span>
 #include <set>
 
 #include "io/frame_json.h"
@@ -13,19 +15,32 @@ namespace {
 
 std::string size_text(int w, int h) { return std::to_string(w) + "x" + std::to_string(h); }
 
-FrameSpec parse_frame(std::string_view text, const std::string& where) {
+Frame parse_frame(std::string text, const std::string& where) {
   try {
-    return parse_frame_json(text, where);
+    return parse_frame_json_owned(std::move(text), where);
   } catch (const Error& e) {
     throw api_error_from(e, ErrorStage::kRequest);
   }
 }
 
-void check_image(std::string_view bytes, const std::string& name, const RequestLimits& limits) {
+// JSON is UTF-8 (RFC 8259 8.1); a body declared in another charset would be read as garbage.
+void check_charset(std::string_view content_type) {
+  const std::optional<std::string> charset = content_type_parameter(content_type, "charset");
+  if (charset && media_type(*charset) != "utf-8" && media_type(*charset) != "utf8") {
+    throw ApiError(415, "unsupported_media_type",
+                   "charset=" + charset->substr(0, 40) + " is not accepted; JSON is read as UTF-8 (RFC 8259)");
+  }
+}
+
+// The structure, the size limits and every compressed byte, before the frame is queued.
+ImageHeader check_image(std::string_view bytes, const std::string& name, const RequestLimits& limits) {
+  const std::span<const uint8_t> data(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   ImageHeader h;
   try {
-    h = inspect_image({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, name);
+    h = inspect_image(data, name);
   } catch (const Error& e) {
+    // inspect_image calls an image over its pixel bound unsupported: too large, not malformed.
+    if (e.kind() == ErrorKind::kUnsupported) throw ApiError(413, "image_too_large", e.what());
     throw ApiError(400, "invalid_image", e.what());
   }
   if (h.width > limits.max_image_width || h.height > limits.max_image_height) {
@@ -33,7 +48,15 @@ void check_image(std::string_view bytes, const std::string& name, const RequestL
                    name + ": the image is " + size_text(h.width, h.height) + "; this server takes at most " +
                        size_text(limits.max_image_width, limits.max_image_height));
   }
+  try {
+    verify_image_data(data, h, name);
+  } catch (const Error& e) {
+    throw ApiError(400, "invalid_image", e.what());
+  }
+  return h;
 }
+
+size_t decoded_size(const ImageHeader& h) { return static_cast<size_t>(h.width) * static_cast<size_t>(h.height) * 3; }
 
 }  // namespace
 
@@ -49,24 +72,25 @@ FrameRequest parse_frame_request(std::string_view stream, std::string_view conte
                                  const RequestLimits& limits) {
   const std::string media = media_type(content_type);
   FrameRequest req;
-  auto owned = std::make_shared<const std::string>(std::move(body));
-  req.storage.push_back(owned);
-  std::string_view frame_text;
+  std::string frame_text;
   std::vector<MultipartPart> parts;
+  std::shared_ptr<const std::string> multipart_body;  // the parts' owner: camera images view it
   if (media == "application/json") {
-    frame_text = *owned;
+    check_charset(content_type);
+    frame_text = std::move(body);
   } else if (media == "multipart/form-data") {
+    auto owned = std::make_shared<const std::string>(std::move(body));
+    multipart_body = owned;
+    req.held_bytes += owned->size();
     parts = parse_multipart(*owned, multipart_boundary(content_type), limits.max_parts);
     bool found = false;
     for (const MultipartPart& p : parts) {
-      if (p.name.rfind("inline:", 0) == 0) {
-        throw ApiError(400, "invalid_multipart", "part names starting with 'inline:' are reserved ('" + p.name + "')");
-      }
       if (p.name != "frame") continue;
       if (!p.content_type.empty() && media_type(p.content_type) != "application/json") {
         throw ApiError(415, "unsupported_media_type", "the \"frame\" part is " + p.content_type + "; expected application/json");
       }
-      frame_text = p.body;
+      if (!p.content_type.empty()) check_charset(p.content_type);
+      frame_text = std::string(p.body);
       found = true;
     }
     if (!found) throw ApiError(400, "invalid_multipart", "no part named \"frame\" (the frame JSON)");
@@ -76,7 +100,7 @@ FrameRequest parse_frame_request(std::string_view stream, std::string_view conte
                        "' is not accepted; send application/json (images as base64) or multipart/form-data");
   }
 
-  FrameSpec spec = parse_frame(frame_text, "request frame");
+  Frame spec = parse_frame(std::move(frame_text), "request frame");
   if (spec.stream != stream) {
     throw ApiError(400, "stream_mismatch",
                    "the frame's \"stream\" is '" + spec.stream.substr(0, 200) + "' but the URL names stream '" +
@@ -88,16 +112,12 @@ FrameRequest parse_frame_request(std::string_view stream, std::string_view conte
   }
   std::set<std::string_view> used;
   for (size_t i = 0; i < spec.cameras.size(); ++i) {
-    CameraSpec& cam = spec.cameras[i];
+    Camera& cam = spec.cameras[i];
     const std::string place = "cameras[" + std::to_string(i) + "].image";
-    if (!cam.image_bytes.empty()) {  // inline base64: kept beside the JSON under a reserved name
-      const std::string name = "inline:" + std::to_string(i);
-      auto bytes = std::make_shared<const std::string>(cam.image_bytes.begin(), cam.image_bytes.end());
-      req.storage.push_back(bytes);
-      check_image(*bytes, place, limits);
-      req.images.emplace(name, *bytes);
-      cam.image_bytes.clear();
-      cam.image_path = name;
+    if (!cam.image_bytes.empty()) {  // inline base64, decoded once by the parser: the frame owns it
+      const std::string_view view(reinterpret_cast<const char*>(cam.image_bytes.bytes.data()), cam.image_bytes.size());
+      req.held_bytes += view.size();
+      req.decoded_bytes += decoded_size(check_image(view, place, limits));
       continue;
     }
     const MultipartPart* part = nullptr;
@@ -110,8 +130,10 @@ FrameRequest parse_frame_request(std::string_view stream, std::string_view conte
                          (parts.empty() ? "', a file path; send the image inline ({\"base64\": ...}) or as a multipart part"
                                         : "' but no part has that name"));
     }
-    check_image(part->body, place + " (part '" + part->name + "')", limits);
-    req.images.emplace(part->name, part->body);
+    req.decoded_bytes += decoded_size(check_image(part->body, place + " (part '" + part->name + "')", limits));
+    cam.image_bytes.owner = multipart_body;
+    cam.image_bytes.bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(part->body.data()), part->body.size());
+    cam.image_path.clear();
     used.insert(part->name);
   }
   for (const MultipartPart& p : parts) {
@@ -119,10 +141,7 @@ FrameRequest parse_frame_request(std::string_view stream, std::string_view conte
       throw ApiError(400, "invalid_multipart", "the part '" + p.name + "' is named by no camera's \"image\"");
     }
   }
-  req.stream = spec.stream;
-  req.timestamp = spec.timestamp;
-  req.cameras = spec.cameras.size();
-  req.frame_json = frame_json_text(spec);
+  req.frame = std::move(spec);
   return req;
 }
 

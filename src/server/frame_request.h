@@ -1,4 +1,4 @@
-// A POST /v1/streams/{id}/frames body turned into what Model::detect takes, before any queueing:
+// A POST /v1/streams/{id}/frames body turned into the Frame Model::detect takes, before any queueing:
 // every check that needs no model runs here (so a bad request costs no queue slot) and the
 // fuzz target drives exactly this code.
 //
@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "bevformer/model.h"
+#include "bevformer/frame.h"
 
 namespace bev::server {
 
@@ -28,18 +28,20 @@ struct RequestLimits {
 };
 
 struct FrameRequest {
-  std::string stream;
-  double timestamp = 0;
-  size_t cameras = 0;
-  std::string frame_json;  // the frame again, every camera's "image" naming an entry of `images`
-  AttachedImages images;   // views into `storage`
-  std::vector<std::shared_ptr<const std::string>> storage;
+  // The parsed frame, handed to the engine as it is: every camera's image_bytes views the
+  // multipart body's part, or owns its decoded base64 (no copy either way, no image paths).
+  Frame frame;
+  size_t held_bytes = 0;     // the bytes the frame's images keep alive (the multipart body, or the decoded images)
+  size_t decoded_bytes = 0;  // what the images decode to: width x height x 3 bytes each
 };
 
 // Stream ids: 1 to 128 characters of [A-Za-z0-9._:-].
 bool valid_stream_id(std::string_view id);
 
-// Throws ApiError (400 malformed, 413 over a limit, 415 unsupported content type).
+// Throws ApiError (400 malformed, 413 over a limit, 415 unsupported content type or charset).
+// Every image is decoded once here without keeping its pixels (io/image.h verify_image_data), so
+// corrupt image data is a 400 before the frame takes a queue slot. The body is freed as soon as
+// it is parsed (a JSON body) or kept as the images' storage (multipart: the parts are views).
 FrameRequest parse_frame_request(std::string_view stream, std::string_view content_type, std::string body,
                                  const RequestLimits& limits);
 

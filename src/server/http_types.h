@@ -7,20 +7,23 @@
 #include <utility>
 #include <vector>
 
+#include "server/memory_budget.h"
+
 namespace bev::server {
 
 struct HttpRequest {
-  std::string method;        // "GET", "POST", "DELETE", ...
+  std::string method;        // "GET", "HEAD", "POST", "DELETE", ...
   std::string path;          // without the query string
   std::string content_type;  // the Content-Type header as sent ("" when absent)
   std::string body;
+  MemoryLease lease;         // holds body.size() from the in-flight budget (the service may grow it)
 };
 
 struct HttpResponse {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
-  std::vector<std::pair<std::string, std::string>> headers;  // extra headers (Retry-After, ...)
+  std::vector<std::pair<std::string, std::string>> headers;  // extra headers (Retry-After, Allow, ...)
 };
 
 }  // namespace bev::server

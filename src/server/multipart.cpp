@@ -84,6 +84,10 @@ void parse_part_headers(std::string_view block, MultipartPart& part) {
 
 }  // namespace
 
+std::optional<std::string> content_type_parameter(std::string_view content_type, std::string_view key) {
+  return parameter(content_type, lower(key));
+}
+
 std::string media_type(std::string_view content_type) {
   return lower(trim(content_type.substr(0, std::min(content_type.find(';'), content_type.size()))));
 }

@@ -4,6 +4,7 @@
 // part without headers or name, a duplicate name or too many parts are ApiError 400 saying which.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,10 @@ struct MultipartPart {
 std::string multipart_boundary(std::string_view content_type);
 
 std::vector<MultipartPart> parse_multipart(std::string_view body, std::string_view boundary, size_t max_parts);
+
+// The value of parameter `key` (case-insensitive) of a Content-Type value, unquoted; nullopt when
+// absent. ApiError 400 for an unterminated quoted value.
+std::optional<std::string> content_type_parameter(std::string_view content_type, std::string_view key);
 
 // Lower-cased media type of a Content-Type value, parameters and spaces dropped.
 std::string media_type(std::string_view content_type);

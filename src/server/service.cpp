@@ -25,27 +25,22 @@ HttpResponse json_response(const json& j, int status = 200) {
   return r;
 }
 
-// "/v1/streams/abc/frames" -> {"v1", "streams", "abc", "frames"}; empty segments are kept so a
-// doubled slash does not alias another route.
-std::vector<std::string> segments(const std::string& path) {
-  std::vector<std::string> out;
-  size_t start = 1;
-  if (path.empty() || path[0] != '/') return {};
-  while (start <= path.size()) {
-    const size_t slash = path.find('/', start);
-    const size_t end = slash == std::string::npos ? path.size() : slash;
-    out.push_back(path.substr(start, end - start));
-    if (slash == std::string::npos) break;
-    start = slash + 1;
-  }
+// %.6f of any double, uncut (a fixed buffer would cut a large one mid-number).
+std::string fixed6(double v) {
+  const int n = std::snprintf(nullptr, 0, "%.6f", v);
+  std::string out(static_cast<size_t>(std::max(n, 0)) + 1, '\0');
+  std::snprintf(out.data(), out.size(), "%.6f", v);
+  out.pop_back();
   return out;
 }
 
-HttpResponse method_not_allowed(const std::string& method, const std::string& path, const std::string& allowed) {
-  HttpResponse r = error_response(405, "method_not_allowed", method + " is not allowed on " + path + "; use " + allowed);
-  r.headers.emplace_back("Allow", allowed);
+HttpResponse busy(const std::string& message) {
+  HttpResponse r = error_response(503, "busy", message + "; retry after the Retry-After seconds");
+  r.headers.emplace_back("Retry-After", "1");
   return r;
 }
+
+std::string mib(size_t bytes) { return std::to_string((bytes + (1u << 20) - 1) >> 20) + " MiB"; }
 
 // What a frame's handler thread and the worker running it share.
 struct FrameJob {
@@ -58,7 +53,10 @@ struct FrameJob {
 }  // namespace
 
 Service::Service(Model& model, ServiceOptions options)
-    : model_(model), options_(std::move(options)), scheduler_(options_.workers, options_.queue_capacity) {}
+    : model_(model),
+      options_(std::move(options)),
+      memory_(options_.max_inflight_bytes),
+      scheduler_(options_.workers, options_.queue_capacity) {}
 
 Service::~Service() { finish(); }
 
@@ -71,10 +69,10 @@ void Service::finish() {
 
 HttpResponse Service::handle(HttpRequest request) {
   const double t0 = now_seconds();
-  std::string route_name = "other";
+  const Route route = route_request(request.method, request.path);
   HttpResponse r;
   try {
-    r = route(request, route_name);
+    r = route.refusal ? *route.refusal : dispatch(route, request);
   } catch (const ApiError& e) {
     r = error_response(e);
   } catch (const Error& e) {
@@ -82,59 +80,32 @@ HttpResponse Service::handle(HttpRequest request) {
   } catch (const std::exception& e) {
     r = error_response(500, "internal", std::string("internal error: ") + e.what());
   }
-  metrics_.count_request(route_name, r.status);
-  if (r.status >= 400) {
-    // The kind is in the body we wrote; read it back rather than thread it through every path.
-    const json body = json::parse(r.body, nullptr, false);
-    metrics_.count_error(body.is_object() && body.contains("error") ? body["error"].value("kind", "unknown") : "unknown");
-  }
-  if (route_name == "frames") metrics_.observe("total", now_seconds() - t0);
+  count_refusal(route.name, r);
+  if (route.id == RouteId::kFrames) metrics_.observe("total", now_seconds() - t0);
   return r;
 }
 
-HttpResponse Service::route(HttpRequest& request, std::string& route_name) {
-  const std::vector<std::string> seg = segments(request.path);
-  const std::string& m = request.method;
-  if (seg.size() == 1 && seg[0] == "healthz") {
-    route_name = "healthz";
-    if (m != "GET") return method_not_allowed(m, request.path, "GET");
-    if (shutting_down_) return error_response(503, "shutting_down", "the server is shutting down");
-    return json_response({{"status", "ok"}});
+void Service::count_refusal(const std::string& route, const HttpResponse& r) {
+  metrics_.count_request(route, r.status);
+  if (r.status >= 400) {
+    const std::string kind = error_kind_of(r);
+    metrics_.count_error(kind.empty() ? "unknown" : kind);
   }
-  if (seg.size() == 1 && seg[0] == "metrics") {
-    route_name = "metrics";
-    if (m != "GET") return method_not_allowed(m, request.path, "GET");
-    return get_metrics();
+}
+
+HttpResponse Service::dispatch(const Route& route, HttpRequest& request) {
+  switch (route.id) {
+    case RouteId::kHealthz:
+      if (shutting_down_) return error_response(503, "shutting_down", "the server is shutting down");
+      return json_response({{"status", "ok"}});
+    case RouteId::kMetrics: return get_metrics();
+    case RouteId::kModel: return get_model();
+    case RouteId::kStreams: return get_streams();
+    case RouteId::kStream: return delete_stream(route.stream);
+    case RouteId::kFrames: return post_frame(route.stream, request);
+    case RouteId::kNone: break;
   }
-  if (seg.size() == 2 && seg[0] == "v1" && seg[1] == "model") {
-    route_name = "model";
-    if (m != "GET") return method_not_allowed(m, request.path, "GET");
-    return get_model();
-  }
-  if (seg.size() == 2 && seg[0] == "v1" && seg[1] == "streams") {
-    route_name = "streams";
-    if (m != "GET") return method_not_allowed(m, request.path, "GET");
-    return get_streams();
-  }
-  if (seg.size() >= 3 && seg.size() <= 4 && seg[0] == "v1" && seg[1] == "streams") {
-    const std::string& id = seg[2];
-    if (!valid_stream_id(id)) {
-      route_name = seg.size() == 4 ? "frames" : "stream";
-      return error_response(400, "invalid_stream_id",
-                            "stream ids are 1 to 128 characters of A-Z a-z 0-9 . _ : - (got '" + id.substr(0, 140) + "')");
-    }
-    if (seg.size() == 3) {
-      route_name = "stream";
-      if (m != "DELETE") return method_not_allowed(m, request.path, "DELETE");
-      return delete_stream(id);
-    }
-    if (seg[3] == "frames") {
-      route_name = "frames";
-      if (m != "POST") return method_not_allowed(m, request.path, "POST");
-      return post_frame(id, request);
-    }
-  }
-  return error_response(404, "not_found", "no route " + m + " " + request.path.substr(0, 200) + " (see docs/API.md)");
+  return error_response(404, "not_found", "no route (see docs/API.md)");
 }
 
 HttpResponse Service::post_frame(const std::string& stream, HttpRequest& request) {
@@ -144,15 +115,30 @@ HttpResponse Service::post_frame(const std::string& stream, HttpRequest& request
                                                      " bytes; this server takes at most " +
                                                      std::to_string(options_.max_body_bytes));
   }
+  // While a body is parsed it is held with the JSON tree (its base64 strings) and the lexer's
+  // buffer for the string being read, which grows by doubling: three times the body at most.
+  MemoryLease& lease = request.lease;
+  if (!lease.resize(3 * request.body.size())) {
+    return busy("the server holds " + mib(memory_.in_use()) + " of requests (--max-inflight-mb " + mib(memory_.capacity()) + ")");
+  }
   const double t0 = now_seconds();
   auto frame = std::make_shared<FrameRequest>(
       parse_frame_request(stream, request.content_type, std::move(request.body), options_.limits));
+  // From here until it is answered the frame holds its bytes and the pixels its images decode to.
+  if (!lease.resize(frame->held_bytes + frame->decoded_bytes)) {
+    return busy("the frame's images decode to " + mib(frame->decoded_bytes) + " and the server holds " +
+                mib(memory_.in_use()) + " of requests (--max-inflight-mb " + mib(memory_.capacity()) + ")");
+  }
+  auto held = std::make_shared<MemoryLease>(std::move(lease));
   const double queued_at = now_seconds();
   metrics_.observe("parse", queued_at - t0);
 
   auto job = std::make_shared<FrameJob>();
-  auto task = std::make_shared<Scheduler::Task>([this, job, frame, queued_at] {
+  auto task = std::make_shared<Scheduler::Task>([this, job, frame, held, queued_at]() mutable {
     HttpResponse r = run_frame(*frame, queued_at);
+    // Freed before the answer goes out, so the budget is free again when the client sees it.
+    frame.reset();
+    held.reset();
     std::lock_guard lock(job->mu);
     job->response = std::move(r);
     job->done = true;
@@ -182,22 +168,22 @@ HttpResponse Service::post_frame(const std::string& stream, HttpRequest& request
                                             " s; it still completes and updates the stream's history");
 }
 
-HttpResponse Service::run_frame(const FrameRequest& frame, double queued_at) {
+HttpResponse Service::run_frame(const FrameRequest& request, double queued_at) {
   metrics_.observe("queue", now_seconds() - queued_at);
+  const Frame& frame = request.frame;
   try {
     // Frames of one stream run one at a time (the scheduler), so this check cannot race with
     // another frame of the same stream.
     for (const StreamStatus& s : model_.streams()) {
       if (s.id == frame.stream && s.frames > 0 && !(frame.timestamp > s.last_timestamp)) {
-        char text[160];
-        std::snprintf(text, sizeof text, "timestamp %.6f is not after the stream's last frame (%.6f)", frame.timestamp,
-                      s.last_timestamp);
         return error_response(409, "out_of_order",
-                              std::string(text) + "; frames of a stream must be sent in time order. DELETE /v1/streams/" +
+                              "timestamp " + fixed6(frame.timestamp) + " is not after the stream's last frame (" +
+                                  fixed6(s.last_timestamp) + "); frames of a stream must be sent in time order. DELETE /v1/streams/" +
                                   frame.stream + " to start it again");
       }
     }
-    const Detections d = model_.detect(frame.frame_json, frame.images);
+    // The parsed frame as it is: its images view the request's bytes (no base dir: no file is read).
+    const Detections d = model_.detect(frame, "");
     metrics_.observe("prepare", d.prepare_seconds);
     metrics_.observe("geometry", d.geometry_seconds);
     metrics_.observe("image", d.image_seconds);
@@ -242,6 +228,7 @@ HttpResponse Service::get_model() const {
                  {"queue_capacity", options_.queue_capacity},
                  {"request_timeout_seconds", options_.request_timeout_seconds},
                  {"max_body_bytes", options_.max_body_bytes},
+                 {"max_inflight_bytes", options_.max_inflight_bytes},
                  {"max_cameras", options_.limits.max_cameras},
                  {"max_image_width", options_.limits.max_image_width},
                  {"max_image_height", options_.limits.max_image_height}};
@@ -267,6 +254,10 @@ HttpResponse Service::get_metrics() {
        static_cast<double>(t.resets_gap + t.resets_backwards)},
       {"bevformer_request_timeouts_total", "Frame requests answered 504.", "counter", static_cast<double>(timeouts_.load())},
       {"bevformer_shutting_down", "1 once SIGTERM was received.", "gauge", shutting_down_ ? 1.0 : 0.0},
+      {"bevformer_inflight_bytes", "Request bytes held now (bodies, parsed frames, their decoded pixels).", "gauge",
+       static_cast<double>(memory_.in_use())},
+      {"bevformer_inflight_capacity_bytes", "The bound on bevformer_inflight_bytes (--max-inflight-mb).", "gauge",
+       static_cast<double>(memory_.capacity())},
   };
   HttpResponse r;
   r.content_type = "text/plain; version=0.0.4";

@@ -8,6 +8,8 @@
 //   GET    /v1/model                 config, weights, backend, knobs, classes
 //   GET    /healthz                  200 while serving, 503 once shutting down
 //   GET    /metrics                  Prometheus text
+// (HEAD wherever GET is.) A frame holds its bytes from the in-flight budget (memory()) from the
+// moment its body is read until it is answered: refused 503 `busy` when they do not fit.
 #pragma once
 
 #include <atomic>
@@ -20,7 +22,9 @@
 #include "bevformer/model.h"
 #include "server/frame_request.h"
 #include "server/http_types.h"
+#include "server/memory_budget.h"
 #include "server/metrics.h"
+#include "server/router.h"
 #include "server/scheduler.h"
 
 namespace bev::server {
@@ -30,6 +34,7 @@ struct ServiceOptions {
   size_t queue_capacity = 32;            // frames waiting for a worker; past it: 429
   double request_timeout_seconds = 30;   // queue wait + run; past it: 504
   size_t max_body_bytes = 64u << 20;     // past it: 413
+  size_t max_inflight_bytes = 1u << 30;  // request bytes held at once (memory_budget.h); past it: 503 busy
   RequestLimits limits;
   nlohmann::json model_info = nlohmann::json::object();  // config, weights, backend, knobs (shown by /v1/model)
 };
@@ -47,11 +52,15 @@ class Service {
   // Runs every accepted frame to its end and stops the workers.
   void finish();
 
+  // An answer the HTTP layer gave without calling handle() (431, 413, 408, ...): counted the same.
+  void count_refusal(const std::string& route, const HttpResponse& r);
+
   Metrics& metrics() { return metrics_; }
+  MemoryBudget& memory() { return memory_; }
   const ServiceOptions& options() const { return options_; }
 
  private:
-  HttpResponse route(HttpRequest& request, std::string& route_name);
+  HttpResponse dispatch(const Route& route, HttpRequest& request);
   HttpResponse post_frame(const std::string& stream, HttpRequest& request);
   HttpResponse run_frame(const FrameRequest& frame, double queued_at);
   HttpResponse get_streams() const;
@@ -62,6 +71,7 @@ class Service {
   Model& model_;
   const ServiceOptions options_;
   Metrics metrics_;
+  MemoryBudget memory_;
   Scheduler scheduler_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<uint64_t> timeouts_{0};

@@ -1,0 +1,69 @@
+// A frame as the engine takes it (DESIGN §4, docs/FORMATS.md "Frames"): one multi-camera frame
+// of a stream — stream id, timestamp, optional scene and sample token, ego pose, the BEV (lidar)
+// frame's pose in the ego frame, optional raw CAN-bus values, and per camera its image (a file, or
+// encoded bytes) with either intrinsics + extrinsics or a ready lidar2img. parse_frame reads the
+// frame JSON into it with every check; callers that have the parts already (a server, a Python
+// binding) fill it directly and hand it to Model::detect, so nothing is written out as text and
+// parsed again.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace bev {
+
+using Mat3 = std::array<double, 9>;   // row-major 3x3
+using Mat4 = std::array<double, 16>;  // row-major 4x4
+
+// Encoded image bytes (JPEG or PNG) that the frame does not copy: a view, and whatever keeps the
+// viewed memory alive (null when the caller guarantees it for the duration of a call).
+struct ImageBytes {
+  std::shared_ptr<const void> owner;
+  std::span<const uint8_t> bytes;
+
+  bool empty() const { return bytes.empty(); }
+  size_t size() const { return bytes.size(); }
+  // An owning copy of `data`.
+  static ImageBytes copy_of(std::span<const uint8_t> data);
+  // Takes the vector over (no copy).
+  static ImageBytes adopt(std::vector<uint8_t> data);
+  bool operator==(const ImageBytes& other) const;  // the same bytes
+};
+
+struct Camera {
+  std::string name;                    // unique in the frame (nuScenes: CAM_FRONT, ...)
+  std::string image_path;              // a file, relative to the frame file's folder; "" when image_bytes is set
+  ImageBytes image_bytes;              // the encoded image, when it came inline or attached
+  std::optional<Mat3> K;               // intrinsics at the image's own resolution
+  std::optional<Mat4> T_ego_from_cam;  // p_ego = T p_cam (camera x right, y down, z forward)
+  std::optional<Mat4> lidar2img;       // instead of K + T_ego_from_cam
+  bool operator==(const Camera&) const = default;
+};
+
+struct Frame {
+  std::string stream;                      // the stream (history) this frame belongs to
+  double timestamp = 0;                    // seconds, |t| <= 1e11
+  std::optional<std::string> scene;        // a change of token resets the history
+  std::optional<std::string> token;        // the sample token (keys results_nusc.json)
+  std::optional<Mat4> T_world_from_ego;    // ego pose (world z-up, ego x forward)
+  std::optional<Mat4> T_ego_from_lidar;    // the BEV frame in the ego frame; identity if absent
+  std::optional<std::array<double, 18>> can_bus;  // raw nuScenes layout (spec §3)
+  std::vector<Camera> cameras;             // in the model's camera slot order
+  bool operator==(const Frame&) const = default;
+};
+
+// The frame JSON text (docs/FORMATS.md) with every check; Error(kInvalidInput) names the field
+// path ("request frame: cameras[2].K"); `where` names the source.
+Frame parse_frame(std::string_view json, const std::string& where = "frame");
+// A frame JSON file (a regular file of at most 1 GiB); image paths stay relative to its folder.
+Frame read_frame(const std::string& path);
+// The frame as JSON text (inline images base64-encoded); parse_frame of it gives an equal Frame.
+std::string frame_json(const Frame& frame);
+
+}  // namespace bev
