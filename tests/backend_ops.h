@@ -53,12 +53,11 @@ inline Tensor up(Ops& ops, const Tensor& host) { return ops.backend().upload(hos
 
 // The transformer's dimensions in tiny or base (the bev stage's op shapes follow from them).
 struct Graph {
-  int64_t hw = 0;  // BEV cells
+  int64_t bev = 0, hw = 0;  // BEV side and cells
   int64_t c = 256, heads = 8, hd = 32, ffn = 512, queries = 900, cams = 6, classes = 10, code = 10;
   int64_t max_len = 0;  // SCA slots per camera: the most BEV cells one camera of the rig sees
   SpatialShapes sca_levels;  // (H, W) of each FPN level
   int64_t sca_points = 8, tsa_points = 4, dec_points = 4, queue = 2, top = 300;
-  int64_t bev() const { return hw == 2500 ? 50 : 200; }
   int64_t slots() const { return cams * max_len; }
   int64_t lv() const {
     int64_t n = 0;

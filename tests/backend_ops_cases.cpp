@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "backend_ops.h"
-#include "core/half.h"
 
 namespace bev::op_harness {
 

@@ -67,7 +67,7 @@ void sampling_locations_cases(CaseList& l) {
     return;
   }
   const Graph g = graph(l.set());
-  const int64_t b = g.bev();
+  const int64_t b = g.bev;
   add_locations(l, "tsa.sampling_locations", {g.hw, g.heads, g.queue, g.tsa_points, 2}, {g.hw, g.queue, 1, 2},
                 {{b, b}, {b, b}});
   add_locations(l, "sca.sampling_locations", {g.slots(), g.heads, g.levels(), g.sca_points, 2}, {g.slots(), 1, 4, 2},
@@ -84,7 +84,7 @@ void msda_cases(CaseList& l) {
     return;
   }
   const Graph g = graph(l.set());
-  const int64_t b = g.bev();
+  const int64_t b = g.bev;
   add_msda(l, "tsa.msda", 1, g.hw, g.heads, g.hd, {{b, b}, {b, b}}, g.tsa_points);
   add_msda(l, "sca.msda", g.cams, g.max_len, g.heads, g.hd, g.sca_levels, g.sca_points);
   add_msda(l, "dec.msda", 1, g.queries, g.heads, g.hd, {{b, b}}, g.dec_points);

@@ -13,12 +13,14 @@ namespace bev::op_harness {
 Graph graph(ShapeSet s) {
   Graph g;
   if (s == ShapeSet::kTiny) {
+    g.bev = 50;
     g.hw = 50 * 50;
     g.max_len = 511;  // `bevformer describe --config tiny`: gather_rows i64[3066]
     g.sca_levels = {{15, 25}};
   } else {
+    g.bev = 200;
     g.hw = 200 * 200;
-    g.max_len = 8179;
+    g.max_len = 8179;  // `bevformer describe --config base`: gather_rows i64[49074]
     g.sca_levels = {{116, 200}, {58, 100}, {29, 50}, {15, 25}};
   }
   return g;
