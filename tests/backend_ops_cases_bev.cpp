@@ -1,0 +1,277 @@
+// The case tables of the transformer's ops (the bev stage, and the image stage's value
+// projection). tiny and base differ in the BEV size, the camera feature levels SCA reads and
+// SCA's rebatched slot count (per camera max_len, fixed by the rig: the synthetic nuScenes rig
+// of `bevformer describe`), so both come from one description of the graph.
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "backend_ops.h"
+
+namespace bev::op_harness {
+
+Graph graph(ShapeSet s) {
+  Graph g;
+  if (s == ShapeSet::kTiny) {
+    g.bev = 50;
+    g.hw = 50 * 50;
+    g.max_len = 511;  // `bevformer describe --config tiny`: gather_rows i64[3066]
+    g.sca_levels = {{15, 25}};
+  } else {
+    g.bev = 200;
+    g.hw = 200 * 200;
+    g.max_len = 8179;  // `bevformer describe --config base`: gather_rows i64[49074]
+    g.sca_levels = {{116, 200}, {58, 100}, {29, 50}, {15, 25}};
+  }
+  return g;
+}
+
+namespace {
+
+// Linear weights come as host tensors in PyTorch's [out, in] layout; a bias when `bias`.
+PreparedWeights linear_weights(Ops& ops, int64_t in, int64_t out, bool relu, bool bias, uint64_t seed) {
+  const Tensor b = values({out}, seed + 1, 0.5f);
+  return ops.prepare_linear(weight({out, in}, seed + 2, in), bias ? &b : nullptr, {.relu = relu});
+}
+
+void add_linear(CaseList& l, std::string tag, Shape x, int64_t out, bool relu = false, bool bias = true,
+                float large = 1.0f) {
+  l.add(std::move(tag), [x, out, relu, bias, large](Ops& ops, uint64_t seed) {
+    const PreparedWeights w = linear_weights(ops, x.back(), out, relu, bias, seed);
+    ops.linear(up(ops, values(x, seed + 3, 1.0f, large)), w, "x");
+  });
+}
+
+}  // namespace
+
+void linear_cases(CaseList& l) {
+  if (l.set() == ShapeSet::kAwkward) {
+    add_linear(l, "1 row", {1, 7}, 3, true);
+    add_linear(l, "rank 1", {9}, 4);
+    add_linear(l, "odd 13x33 -> 17 no bias", {13, 33}, 17, false, false, 100.0f);
+    add_linear(l, "rank 3", {2, 5, 19}, 65, true);
+    add_linear(l, "257x129 -> 255", {257, 129}, 255, true, true, 100.0f);
+    add_linear(l, "1 output", {31, 64}, 1);
+    return;
+  }
+  const Graph g = graph(l.set());
+  const int64_t hw = g.hw, c = g.c, q = g.queries;
+  add_linear(l, "can_bus_mlp.0", {1, 18}, c / 2, true);
+  add_linear(l, "can_bus_mlp.2", {1, c / 2}, c, true);
+  add_linear(l, "img.values.value_proj", {g.cams, g.lv(), c}, c);
+  add_linear(l, "tsa.value_proj", {g.queue * hw, c}, c);
+  add_linear(l, "tsa.sampling_offsets", {hw, 2 * c}, g.heads * g.queue * g.tsa_points * 2);
+  add_linear(l, "tsa.attention_weights", {hw, 2 * c}, g.heads * g.queue * g.tsa_points);
+  add_linear(l, "sca.sampling_offsets", {g.slots(), c}, g.heads * g.levels() * g.sca_points * 2);
+  add_linear(l, "sca.attention_weights", {g.slots(), c}, g.heads * g.levels() * g.sca_points);
+  add_linear(l, "enc.output_proj", {hw, c}, c);
+  add_linear(l, "enc.ffn.0", {hw, c}, g.ffn, true);
+  add_linear(l, "enc.ffn.1", {hw, g.ffn}, c);
+  add_linear(l, "dec.reference_points", {q, c}, 3);
+  add_linear(l, "dec.q_proj", {q, c}, c);
+  add_linear(l, "dec.sampling_offsets", {q, c}, g.heads * g.dec_points * 2);
+  add_linear(l, "dec.attention_weights", {q, c}, g.heads * g.dec_points);
+  add_linear(l, "dec.ffn.0", {q, c}, g.ffn, true);
+  add_linear(l, "dec.ffn.1", {q, g.ffn}, c);
+  add_linear(l, "reg_branches.4", {q, c}, g.code);
+}
+
+namespace {
+
+void add_bmm(CaseList& l, std::string tag, Shape a, Shape b, BatchedMatmulAttrs attrs) {
+  l.add(std::move(tag), [a, b, attrs](Ops& ops, uint64_t seed) {
+    ops.batched_matmul(up(ops, values(a, seed)), up(ops, values(b, seed + 1)), attrs, "x");
+  });
+}
+
+}  // namespace
+
+void batched_matmul_cases(CaseList& l) {
+  if (l.set() == ShapeSet::kAwkward) {
+    add_bmm(l, "1x1x1", {1, 1, 1}, {1, 1, 1}, {});
+    add_bmm(l, "odd", {3, 5, 7}, {3, 7, 9}, {.scale = 0.5f});
+    add_bmm(l, "odd transposed", {2, 13, 17}, {2, 11, 17}, {.transpose_b = true, .scale = 0.25f});
+    add_bmm(l, "8 heads 33x65x31", {8, 33, 65}, {8, 65, 31}, {});
+    return;
+  }
+  const Graph g = graph(l.set());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(g.hd));
+  add_bmm(l, "dec.self_attn.scores", {g.heads, g.queries, g.hd}, {g.heads, g.queries, g.hd},
+          {.transpose_b = true, .scale = scale});
+  add_bmm(l, "dec.self_attn.context", {g.heads, g.queries, g.queries}, {g.heads, g.queries, g.hd}, {});
+}
+
+namespace {
+
+void add_layer_norm(CaseList& l, std::string tag, Shape x, float mean = 0.0f, float eps = 1e-5f) {
+  l.add(std::move(tag), [x, mean, eps](Ops& ops, uint64_t seed) {
+    Tensor h = values(x, seed, 2.0f);
+    float* p = h.data<float>();
+    for (int64_t i = 0; i < h.numel(); ++i) p[i] += mean;
+    const int64_t c = x.back();
+    ops.layer_norm(up(ops, h), up(ops, values({c}, seed + 1, 2.0f)), up(ops, values({c}, seed + 2)), eps, "x");
+  });
+}
+
+void add_softmax(CaseList& l, std::string tag, Shape x, float scale, bool minus_inf = false) {
+  l.add(std::move(tag), [x, scale, minus_inf](Ops& ops, uint64_t seed) {
+    Tensor h = values(x, seed, scale);
+    if (minus_inf) h.data<float>()[1] = -std::numeric_limits<float>::infinity();
+    ops.softmax(up(ops, h), "x");
+  });
+}
+
+}  // namespace
+
+void layer_norm_cases(CaseList& l) {
+  if (l.set() == ShapeSet::kAwkward) {
+    add_layer_norm(l, "1 channel", {3, 1});
+    add_layer_norm(l, "1 row", {1, 7});
+    // A mean 2000 times the spread: a one-pass variance (E[x^2] - E[x]^2) cancels to noise.
+    add_layer_norm(l, "mean 4e3, 257 ch", {13, 257}, 4000.0f);
+    add_layer_norm(l, "rank 3, eps 1e-6", {2, 3, 33}, -3.0f, 1e-6f);
+    return;
+  }
+  const Graph g = graph(l.set());
+  add_layer_norm(l, "can_bus_mlp.norm", {1, g.c});
+  add_layer_norm(l, "enc.norms", {g.hw, g.c});
+  add_layer_norm(l, "dec.norms", {g.queries, g.c});
+}
+
+void softmax_cases(CaseList& l) {
+  if (l.set() == ShapeSet::kAwkward) {
+    add_softmax(l, "1 element", {1, 1}, 1.0f);
+    // exp(+-200) overflows f32: only a max-subtracted softmax gets these rows right.
+    add_softmax(l, "magnitudes 200", {5, 7}, 200.0f);
+    add_softmax(l, "-inf entry", {3, 5}, 3.0f, true);
+    add_softmax(l, "1000 wide", {3, 1000}, 10.0f);
+    add_softmax(l, "rank 3 odd", {2, 3, 17}, 3.0f);
+    return;
+  }
+  const Graph g = graph(l.set());
+  add_softmax(l, "tsa.attention_softmax", {g.hw * g.heads * g.queue, g.tsa_points}, 3.0f);
+  add_softmax(l, "sca.attention_softmax", {g.slots() * g.heads, g.levels() * g.sca_points}, 3.0f);
+  add_softmax(l, "dec.self_attn.softmax", {g.heads, g.queries, g.queries}, 3.0f);
+  add_softmax(l, "dec.attention_softmax", {g.queries * g.heads, g.dec_points}, 3.0f);
+}
+
+namespace {
+
+// relu, sigmoid or inverse_sigmoid (the list's op) on x.
+void add_unary(CaseList& l, std::string tag, Tensor (*make)(const Shape&, uint64_t), Shape x) {
+  const OpKind op = l.op();
+  l.add(std::move(tag), [op, make, x](Ops& ops, uint64_t seed) {
+    const Tensor t = up(ops, make(x, seed));
+    if (op == OpKind::relu) ops.relu(t, "x");
+    if (op == OpKind::sigmoid) ops.sigmoid(t, "x");
+    if (op == OpKind::inverse_sigmoid) ops.inverse_sigmoid(t, 1e-5f, "x");
+  });
+}
+
+Tensor wide(const Shape& s, uint64_t seed) { return values(s, seed, 4.0f, 30.0f); }  // up to +-120
+Tensor plain(const Shape& s, uint64_t seed) { return values(s, seed, 2.0f); }
+// Around [0, 1] and past it, with exact 0, 1, -0 and values below eps: every clamp of
+// inverse_sigmoid, and relu's and sigmoid's signed zeros, infinities and NaN.
+Tensor specials(const Shape& s, uint64_t seed) {
+  Tensor t = uniform(s, seed, -0.5f, 1.5f);
+  float* p = t.data<float>();
+  const float inf = std::numeric_limits<float>::infinity();
+  const float special[] = {0.0f, 1.0f, -0.0f, 1e-7f, 1.0f - 1e-7f, inf, -inf, std::nanf(""), 0.5f};
+  for (int64_t i = 0; i < t.numel(); i += 3) p[i] = special[(i / 3) % 9];
+  return t;
+}
+Tensor probabilities(const Shape& s, uint64_t seed) { return uniform(s, seed, 0.0f, 1.0f); }
+
+}  // namespace
+
+void unary_cases(CaseList& l) {
+  if (l.set() == ShapeSet::kAwkward) {
+    add_unary(l, "1 element", plain, {1});
+    add_unary(l, "magnitudes 120", wide, {7, 13});
+    add_unary(l, "specials", specials, {2, 3, 1, 5, 7});
+    add_unary(l, "1001 elements", plain, {1001});
+    return;
+  }
+  const Graph g = graph(l.set());
+  if (l.op() == OpKind::relu) {
+    // The head's branches; base adds the DCN blocks' ReLU after deform_conv2d.
+    add_unary(l, "cls_branches.relu", plain, {g.queries, g.c});
+    if (l.set() == ShapeSet::kBase) add_unary(l, "img.layer3.1.relu2", plain, {6, 58, 100, 256});
+  } else if (l.op() == OpKind::sigmoid) {
+    add_unary(l, "dec.init_reference", plain, {g.queries, 3});
+    add_unary(l, "dec.pack.scores", wide, {g.queries * g.classes});
+  } else {
+    // Not in the graph (reference_refine fuses it): the decoder's reference shape stands in.
+    add_unary(l, "reference shape (not in graph)", probabilities, {g.queries, 3});
+  }
+}
+
+namespace {
+
+void add_binary(CaseList& l, std::string tag, Shape a, Shape b, float large = 1.0f) {
+  const OpKind op = l.op();
+  l.add(std::move(tag), [op, a, b, large](Ops& ops, uint64_t seed) {
+    const Tensor x = up(ops, values(a, seed, 1.0f, large)), y = up(ops, values(b, seed + 1, 1.0f, large));
+    if (op == OpKind::add) ops.add(x, y, "x");
+    if (op == OpKind::mul) ops.mul(x, y, "x");
+  });
+}
+
+}  // namespace
+
+void binary_cases(CaseList& l) {
+  if (l.set() == ShapeSet::kAwkward) {
+    add_binary(l, "1 element", {1}, {1});
+    add_binary(l, "equal odd", {7, 13}, {7, 13}, 1e4f);
+    add_binary(l, "row broadcast", {7, 13}, {1, 13});
+    add_binary(l, "column broadcast", {7, 13}, {7, 1}, 1e4f);
+    add_binary(l, "rank 4 mixed", {2, 3, 5, 7}, {2, 1, 5, 1});
+    add_binary(l, "scalar", {3, 33}, {1, 1});
+    return;
+  }
+  const Graph g = graph(l.set());
+  if (l.op() == OpKind::add) {
+    add_binary(l, "enc residual", {g.hw, g.c}, {g.hw, g.c});
+    add_binary(l, "dec residual", {g.queries, g.c}, {g.queries, g.c});
+    for (const auto& [h, w] : g.sca_levels) {
+      add_binary(l, "img.values.cams_embeds " + std::to_string(h) + "x" + std::to_string(w), {g.cams, h * w, g.c},
+                 {g.cams, 1, g.c});
+    }
+  } else {
+    add_binary(l, "tsa.queue_mean", {g.hw, g.c}, {1, 1});
+    add_binary(l, "sca.count_mean", {g.hw, g.c}, {g.hw, 1});
+  }
+}
+
+void add_rows_cases(CaseList& l) {
+  auto add = [&](std::string tag, Shape a, float large = 1.0f) {
+    l.add(std::move(tag), [a, large](Ops& ops, uint64_t seed) {
+      ops.add_rows(up(ops, values(a, seed, 1.0f, large)), up(ops, values({a.back()}, seed + 1)), "x");
+    });
+  };
+  if (l.set() == ShapeSet::kAwkward) {
+    add("1x1", {1, 1});
+    add("odd", {13, 7}, 1e4f);
+    add("rank 3", {2, 5, 33});
+    add("rank 1", {17});
+    return;
+  }
+  const Graph g = graph(l.set());
+  add("enc.bev_queries", {g.hw, g.c});
+  for (const auto& [h, w] : g.sca_levels) {
+    add("img.values.level_embeds " + std::to_string(h) + "x" + std::to_string(w), {g.cams, h * w, g.c});
+  }
+}
+
+void zeros_cases(CaseList& l) {
+  auto add = [&](std::string tag, Shape s) { l.add(std::move(tag), [s](Ops& ops, uint64_t) { ops.zeros(s, "x"); }); };
+  if (l.set() == ShapeSet::kAwkward) {
+    add("1 element", {1});
+    add("odd", {7, 13});
+    add("rank 3", {3, 5, 7});
+    return;
+  }
+  add("sca.slots", {graph(l.set()).hw, 256});
+}
+
+}  // namespace bev::op_harness
