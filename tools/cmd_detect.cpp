@@ -113,6 +113,7 @@ std::string duration_text(double s) {
 }
 
 int run(const DetectArgs& a) {
+  require_backend(a.backend);  // a wrong --backend fails before anything is read
   if (a.resume && a.nusc.empty()) {
     throw Error(ErrorKind::kInvalidInput, "--resume without --nusc").expected("--nusc FILE: the results to resume");
   }

@@ -99,6 +99,9 @@ struct DeviceInfo {
 
 // The backends this binary was built with ("cpu", "foreign" and, with CUDA, "cuda").
 std::vector<std::string> available_backends();
+// Throws the error Model::load would for a backend this binary cannot run here (not built,
+// no device: Error(kUnsupported); no such name: kInvalidInput), without loading anything.
+void require_backend(const std::string& backend);
 
 // Camera images sent beside a frame instead of as files (an HTTP multipart body): a camera whose
 // "image" is a string names an entry here. The bytes (JPEG or PNG) belong to the caller and are

@@ -101,6 +101,8 @@ std::string nuscenes_results_json(const std::vector<Detections>& frames) {
   return out + "}}";
 }
 
+void require_backend(const std::string& backend) { require_backend(backend, BackendOptions{}); }
+
 size_t write_random_weights(const std::string& config, uint64_t seed, const std::string& path) {
   const Checkpoint ck = random_checkpoint(load_config(config), seed);
   write_safetensors(path, ck.tensors(), {{"format", "pt"}, {"note", "bevformer.cpp seeded random weights, seed " + std::to_string(seed)}});

@@ -457,7 +457,7 @@ std::pair<Tensor, Tensor> Ops::topk(const Tensor& scores, int64_t k, std::string
 Tensor Ops::gather_rows(const Tensor& src, const Tensor& index, std::string label) {
   expect_rank("gather_rows", label, "src", src, 2);
   expect_rank("gather_rows", label, "index", index, 1);
-  return emit({OpKind::gather_rows, std::move(label), {}, {src, index}, {output({index.size(0), src.size(1)})}, nullptr});
+  return emit({OpKind::gather_rows, std::move(label), {}, {src, index}, {output({index.size(0), src.size(1)}, src.dtype())}, nullptr});
 }
 
 Tensor Ops::scatter_add_rows(const Tensor& src, const Tensor& index, const Tensor& dst, std::string label) {
