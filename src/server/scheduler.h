@@ -2,9 +2,10 @@
 // time, in arrival order), streams taken round-robin so a busy stream cannot starve the others,
 // and one bound on all waiting frames (submit refuses past it: the caller answers 429).
 //
-// The model's stages serialize on one mutex inside the library, so workers overlap only the
-// parts around them (JSON, image decode, box output); several workers still keep the model busy
-// while another frame is being prepared.
+// Each of the model's two stages runs one frame at a time inside the engine (a lock per stage), so
+// workers overlap the parts around them (image decode, box output) and, with --pipeline, one
+// frame's image stage with another's bev stage; several workers keep the model busy while another
+// frame is being prepared.
 #pragma once
 
 #include <atomic>
