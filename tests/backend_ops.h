@@ -113,5 +113,6 @@ void gather_rows_cases(CaseList& l);
 void scatter_add_rows_cases(CaseList& l);
 void concat_cases(CaseList& l);
 void permute_cases(CaseList& l);
+void count_nonfinite_cases(CaseList& l);
 
 }  // namespace bev::op_harness

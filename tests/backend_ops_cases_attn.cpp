@@ -232,4 +232,34 @@ void permute_cases(CaseList& l) {
   add("dec.self_attn.merge", {g.heads, g.queries, g.hd}, {1, 0, 2});
 }
 
+// What the stages hand on (the image stage's flattened features, the new BEV), with NaN, +inf and
+// -inf planted at the ends and at odd strides (a vector loop's tail and head), or none.
+void count_nonfinite_cases(CaseList& l) {
+  auto add = [&](std::string tag, Shape x, int64_t every, DType dtype = DType::kF32) {
+    l.add(std::move(tag), [x, every, dtype](Ops& ops, uint64_t seed) {
+      Tensor t = values(x, seed, 1.0f, 1e30f);
+      if (every > 0) {
+        float* p = t.data<float>();
+        const float bad[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                             -std::numeric_limits<float>::infinity()};
+        p[t.numel() - 1] = bad[0];
+        for (int64_t i = 0; i < t.numel() - 1; i += every) p[i] = bad[(i / every) % 3];
+      }
+      if (dtype == DType::kBF16) t = to_bf16(t);
+      ops.count_nonfinite(up(ops, t), "x");
+    });
+  };
+  if (l.set() == ShapeSet::kAwkward) {
+    add("1 element, none", {1}, 0);
+    add("1 element, NaN", {1}, 1);
+    add("17x3, every 5th", {17, 3}, 5);
+    add("16385 (a chunk and one), every 997th", {16385}, 997);
+    add("bf16 67x129, every 13th", {67, 129}, 13, DType::kBF16);
+    return;
+  }
+  const Graph g = graph(l.set());
+  add("img.values.feat_flatten", {g.cams, g.lv(), g.c}, 0);
+  add("enc.out.bev_embed (NaN planted)", {g.hw, g.c}, 4099);
+}
+
 }  // namespace bev::op_harness

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -187,6 +188,25 @@ TEST(BevFormerInput, BadFramesFailClearlyAndLeaveHistoryIntact) {
   expect_invalid(f, "img");
   // None of that touched the history: the next good frame equals the reference's.
   EXPECT_TRUE(identical(model.forward(good).bev_embed, reference.forward(good).bev_embed));
+}
+
+// Weights at float32's limits make a stage's numbers blow up: the frame fails naming the stage,
+// replayed and eager, and is counted; nothing is answered.
+TEST(BevFormerInput, AStageThatOverflowsFailsNamingIt) {
+  const ModelConfig cfg = micro();
+  auto backend = make_cpu_backend(2, Precision::kF32);
+  const Checkpoint good = random_checkpoint(cfg, 15);
+  Checkpoint bad;
+  for (const auto& [name, t] : good.tensors()) {
+    Tensor c = t.clone();
+    if (name == "img_backbone.conv1.weight") c.data<float>()[7] = std::numeric_limits<float>::infinity();
+    bad.add(name, c);
+  }
+  for (const bool replay : {true, false}) {
+    LoadedModel model(cfg, bad, *backend, replay);
+    test::expect_invalid_input([&] { model.forward(synthetic_frame(cfg, 15, 0)); }, "image stage produced");
+    EXPECT_EQ(model.runner().nonfinite_frames(), 1u);
+  }
 }
 
 TEST(BevFormerInput, MisfitCheckpointListsEveryProblem) {

@@ -86,6 +86,75 @@ TEST(ModelApi, FramesCarryTheirIndexAndDumpOneFileEach) {
   EXPECT_EQ(model->device_info().threads, 2);
 }
 
+// The weights file can change under a running model (a redeploy copies over it, a disk fills):
+// the model owns every byte it uses once loaded, so a truncated or overwritten file changes
+// nothing (it was a SIGBUS on the next frame while the file stayed memory-mapped for life).
+TEST(ModelApi, WeightsFileChangingUnderTheModelChangesNothing) {
+  for (const std::string name : {"checkpoint.pth", "weights.safetensors"}) {
+    SCOPED_TRACE(name);
+    const std::filesystem::path copy = std::filesystem::path(::testing::TempDir()) / ("changing_" + name);
+    std::filesystem::copy_file(kMicroDir + "/" + name, copy, std::filesystem::copy_options::overwrite_existing);
+    Knobs k;
+    k.threads = 2;
+    const auto model = Model::load(kMicroDir + "/config.json", copy.string(), k);
+    const auto reference = micro_model();
+    model->detect(micro_frame_json(0).dump(), kMicroDir);
+    reference->detect(micro_frame_json(0).dump(), kMicroDir);
+    std::filesystem::resize_file(copy, 4096);  // truncate -s 4096
+    const Detections a = model->detect(micro_frame_json(1).dump(), kMicroDir);
+    std::ofstream(copy, std::ios::binary | std::ios::trunc) << std::string(1 << 16, 'x');  // cp over it
+    const Detections b = model->detect(micro_frame_json(2).dump(), kMicroDir);
+    const Detections ra = reference->detect(micro_frame_json(1).dump(), kMicroDir);
+    const Detections rb = reference->detect(micro_frame_json(2).dump(), kMicroDir);
+    ASSERT_EQ(a.boxes.size(), ra.boxes.size());
+    ASSERT_EQ(b.boxes.size(), rb.boxes.size());
+    for (size_t i = 0; i < a.boxes.size(); ++i) EXPECT_EQ(a.boxes[i].score, ra.boxes[i].score) << i;
+    for (size_t i = 0; i < b.boxes.size(); ++i) EXPECT_EQ(b.boxes[i].center, rb.boxes[i].center) << i;
+  }
+}
+
+// Numbers at float32's limits are never answered as success: values that do not fit float32 are
+// refused naming the field; a frame whose stage overflows fails naming the stage, is counted, and
+// leaves the stream's history as it was (the probe: can_bus[13:16] = 1e308 answered 200
+// with every score null; a pose jump to 1e39 turned the next normal frame all-NaN).
+TEST(ModelApi, NonFiniteNumbersFailTheFrameAndKeepTheHistory) {
+  const auto model = micro_model();
+  const auto reference = micro_model();
+  model->detect(micro_frame_json(0).dump(), kMicroDir);
+  reference->detect(micro_frame_json(0).dump(), kMicroDir);
+  const auto expect_refused = [&](const json& f, const std::string& needle) {
+    try {
+      model->detect(f.dump(), kMicroDir);
+      ADD_FAILURE() << "answered a frame with " << needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  json f = micro_frame_json(1);
+  f["can_bus"][13] = 1e308;
+  expect_refused(f, "can_bus[13]");
+  f = micro_frame_json(1);
+  f["T_world_from_ego"][0][3] = 1e39;
+  expect_refused(f, "can_bus[0]");
+  // Within float32, but the CAN-bus MLP overflows: the bev stage's numbers blow up.
+  f = micro_frame_json(1);
+  f["can_bus"][13] = 3e38;
+  expect_refused(f, "bev stage produced");
+  EXPECT_EQ(model->stream_totals().frames_nonfinite, 1u);
+  // The history is the one frame 0 left: frames 1 and 2 give the reference's boxes.
+  for (int k = 1; k < 3; ++k) {
+    const Detections a = model->detect(micro_frame_json(k).dump(), kMicroDir);
+    const Detections b = reference->detect(micro_frame_json(k).dump(), kMicroDir);
+    EXPECT_TRUE(a.used_history);
+    ASSERT_EQ(a.boxes.size(), b.boxes.size());
+    for (size_t i = 0; i < a.boxes.size(); ++i) {
+      EXPECT_EQ(a.boxes[i].score, b.boxes[i].score) << "frame " << k << " box " << i;
+      EXPECT_EQ(a.boxes[i].center, b.boxes[i].center) << "frame " << k << " box " << i;
+    }
+  }
+}
+
 TEST(ModelApi, BadFramesFailClearlyAndLeaveTheStreamAsItWas) {
   const auto clean = micro_model();
   const auto tested = micro_model();

@@ -14,6 +14,7 @@
 #include "backend/cpu/elementwise.h"
 #include "backend/cpu/pool_resize.h"
 #include "backend/cpu/select.h"
+#include "core/thread_pool.h"
 #include "kernel_test_util.h"
 
 namespace bev::cpu {
@@ -35,6 +36,34 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 }
 
 // ---- elementwise ----
+
+// NaN, both infinities, the largest finite float, subnormals and -0 among random values, at the
+// ends and inside; f32 and bf16; sizes around the pool's chunk; 1 to 3 threads.
+TEST(CountNonfinite, CountsExactlyTheNanAndInfiniteValues) {
+  std::mt19937 rng(71);
+  const float specials[] = {kNaN, kInf, -kInf, std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
+                            std::numeric_limits<float>::denorm_min(), -0.0f, 1e-40f};
+  for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{16383}, int64_t{16385}, int64_t{100003}}) {
+    for (const DType dtype : {DType::kF32, DType::kBF16}) {
+      Tensor x = random_tensor({n}, rng);
+      std::uniform_int_distribution<int64_t> pos(0, std::max<int64_t>(n - 1, 0));
+      for (int k = 0; n > 0 && k < 40; ++k) x.data<float>()[pos(rng)] = specials[k % 8];
+      if (n > 1) x.data<float>()[n - 1] = kNaN;
+      if (dtype == DType::kBF16) x = x.to(DType::kBF16);
+      int64_t want = 0;
+      const Tensor f = x.to(DType::kF32);
+      for (int64_t i = 0; i < n; ++i) want += std::isfinite(f.data<float>()[i]) ? 0 : 1;
+      for (const int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        Tensor out = Tensor::zeros({1}, DType::kI64);
+        count_nonfinite(x, out, &pool);
+        EXPECT_EQ(out.data<int64_t>()[0], want) << "n " << n << " " << dtype_name(dtype) << " threads " << threads;
+      }
+    }
+  }
+  Tensor out = Tensor::zeros({1}, DType::kI64);
+  EXPECT_THROW(count_nonfinite(i64_tensor({1, 2}), out, nullptr), Error);
+}
 
 TEST(LayerNorm, MatchesF64TwoPassAndRunsInPlace) {
   std::mt19937 rng(1);

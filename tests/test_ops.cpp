@@ -61,6 +61,8 @@ struct MiniStage {
     idx_pad = index_tensor({-1, 7, 197, -1, 7});  // -1: padding (a zero row / a skipped row)
   }
 
+  Tensor count;  // the last run's count_nonfinite of its attention rows
+
   Tensor run(Ops& ops, const Tensor& image /*[2, 9, 11, 5] NHWC*/) {
     Tensor a = ops.conv2d(image, conv_a, nullptr, "conv_a");           // [2, 9, 11, 6]
     Tensor b = ops.conv2d(a, conv_b, &a, "conv_b");                    // residual
@@ -105,6 +107,7 @@ struct MiniStage {
     Tensor acc_pad = ops.scatter_add_rows(g_pad, idx_pad, ops.zeros({198, 8}, "zeros"), "scatter_pad");
     Tensor cat = ops.concat({acc, att2}, 0, "concat");
     auto [top, top_idx] = ops.topk(cat.reshape({-1}), 10, "topk");
+    count = ops.count_nonfinite(cat, "count");  // i64: kept beside the result
     return ops.concat({top, heads.reshape({-1}).slice(0, 0, 5).contiguous(), boxes.reshape({-1}),
                        g_pad.reshape({-1}), acc_pad.reshape({-1})},
                       0);
@@ -134,7 +137,8 @@ TEST(Ops, ReplayOnNewInputsEqualsEager) {
   MiniStage stage(rec);
   const Tensor input = backend->empty({2, 9, 11, 5}, DType::kF32);
   const Tensor out = stage.run(rec, input);
-  const RecordedStage recorded("mini", rec.take_nodes(), {out}, *backend);
+  const Tensor count = stage.count;
+  const RecordedStage recorded("mini", rec.take_nodes(), {out, count}, *backend);
   for (const uint64_t seed : {30, 31}) {
     // A new frame: new pixels written into the recorded input, the same stage executed again.
     const Tensor pixels = random({2, 9, 11, 5}, seed);
@@ -142,6 +146,8 @@ TEST(Ops, ReplayOnNewInputsEqualsEager) {
     backend->execute(recorded);
     Ops eager(*backend, Ops::Mode::kEager);
     EXPECT_TRUE(identical(out, stage.run(eager, pixels))) << "seed " << seed;
+    EXPECT_TRUE(identical(count, stage.count)) << "seed " << seed;
+    EXPECT_EQ(count.data<int64_t>()[0], 0) << "seed " << seed;
     EXPECT_TRUE(eager.nodes().empty());
   }
 }

@@ -81,11 +81,12 @@ struct StreamStatus {
   bool busy = false;
 };
 
-// Totals of the stream registry since the model was loaded (the server's metrics).
+// Totals of the streams and their frames since the model was loaded (the server's metrics).
 struct StreamTotals {
   size_t active = 0;
   uint64_t created = 0, evicted_lru = 0, evicted_ttl = 0, dropped = 0;
   uint64_t resets_gap = 0, resets_backwards = 0, resets_scene = 0;
+  uint64_t frames_nonfinite = 0;  // frames refused because a stage produced NaN or infinite values
 };
 
 // Where a model runs (Model::device_info, describe, bench, /v1/model).

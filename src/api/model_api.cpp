@@ -298,7 +298,7 @@ bool Model::drop_stream(const std::string& id) { return impl_->engine->streams()
 StreamTotals Model::stream_totals() const {
   const StreamStats st = impl_->engine->streams().stats();
   return {st.active, st.created, st.evicted_lru, st.evicted_ttl, st.dropped, st.resets_gap, st.resets_backwards,
-          st.resets_scene};
+          st.resets_scene, impl_->engine->runner().nonfinite_frames()};
 }
 
 bool Model::untrained() const { return impl_->untrained; }

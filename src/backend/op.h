@@ -43,7 +43,8 @@ namespace bev {
   X(gather_rows)          \
   X(scatter_add_rows)     \
   X(concat)               \
-  X(permute)
+  X(permute)              \
+  X(count_nonfinite)
 
 enum class OpKind : uint8_t {
 #define BEV_OP_ENUM(name) name,

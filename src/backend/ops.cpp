@@ -487,6 +487,13 @@ Tensor Ops::concat(const std::vector<Tensor>& parts, int64_t axis, std::string l
   return emit({OpKind::concat, std::move(label), ConcatAttrs{axis}, parts, {output(s, parts.front().dtype())}, nullptr});
 }
 
+Tensor Ops::count_nonfinite(const Tensor& x, std::string label) {
+  if (!x.defined() || (x.dtype() != DType::kF32 && x.dtype() != DType::kBF16)) {
+    shape_error("count_nonfinite", label, "input " + (x.defined() ? x.describe() : std::string("undefined")), "f32 or bf16");
+  }
+  return emit({OpKind::count_nonfinite, std::move(label), {}, {x}, {output({1}, DType::kI64)}, nullptr});
+}
+
 Tensor Ops::permute(const Tensor& x, const std::vector<int64_t>& order, std::string label) {
   const Tensor view = x.permute(order);  // validates the order
   return emit({OpKind::permute, std::move(label), PermuteAttrs{order}, {x}, {output(view.shape(), x.dtype())}, nullptr});

@@ -118,6 +118,10 @@ class Ops {
   Tensor scatter_add_rows(const Tensor& src, const Tensor& index, const Tensor& dst, std::string label = {});
   Tensor concat(const std::vector<Tensor>& parts, int64_t axis, std::string label = {});
   Tensor permute(const Tensor& x, const std::vector<int64_t>& order, std::string label = {});  // contiguous copy
+  // i64 [1]: how many values of x (f32 or bf16) are NaN or infinite. A stage ends with one over
+  // what it hands on, so that a frame whose numbers blew up fails, naming the stage, instead of
+  // being answered (and kept as history).
+  Tensor count_nonfinite(const Tensor& x, std::string label = {});
 
   const std::vector<OpNode>& nodes() const { return nodes_; }
   // Hands the recorded nodes over (to a RecordedStage) and starts a new recording.

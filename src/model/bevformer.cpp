@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <tuple>
 #include <utility>
 
@@ -66,8 +67,22 @@ void BevFormer::check_frame(const FrameInput& f) const {
       if (!std::isfinite(v)) bad_frame("lidar2img of camera " + std::to_string(i) + " has a non-finite entry", "finite");
     }
   }
-  for (double v : f.can_bus) {
-    if (!std::isfinite(v)) bad_frame("can_bus has a non-finite entry", "18 finite values");
+  for (size_t i = 0; i < f.lidar2img.size(); ++i) {
+    for (double v : f.lidar2img[i]) {
+      if (std::fabs(v) > std::numeric_limits<float>::max()) {
+        bad_frame("lidar2img of camera " + std::to_string(i) + " has an entry of " + std::to_string(v),
+                  "values within float32 (the model projects in float32)");
+      }
+    }
+  }
+  for (size_t i = 0; i < f.can_bus.size(); ++i) {
+    if (!std::isfinite(f.can_bus[i])) bad_frame("can_bus has a non-finite entry", "18 finite values");
+    if (std::fabs(f.can_bus[i]) > std::numeric_limits<float>::max()) {
+      throw Error(ErrorKind::kInvalidInput, "can_bus[" + std::to_string(i) + "] is " + std::to_string(f.can_bus[i]))
+          .where("frame")
+          .expected("values within float32 (the CAN-bus MLP computes in float32)")
+          .hint("can_bus[0:7] come from T_world_from_ego when the frame has a pose, [7:16] from its \"can_bus\"");
+    }
   }
 }
 
@@ -84,6 +99,15 @@ RigGeometry BevFormer::rig_geometry(const FrameInput& f) const {
 BevStepInputs BevFormer::forward_test_step(TemporalState& state, const FrameInput& f) const {
   BevStepInputs s;
   s.step = temporal_step(state, f.scene_token, f.can_bus, cfg_.video_test_mode);
+  for (size_t i = 0; i < 18; ++i) {
+    // A pose jump whose delta from the previous frame overflows float32 (both ends within it).
+    if (std::fabs(s.step.can_bus[i]) > std::numeric_limits<float>::max()) {
+      throw Error(ErrorKind::kInvalidInput, "can_bus[" + std::to_string(i) + "] after the change from the previous frame is " +
+                                                std::to_string(s.step.can_bus[i]))
+          .where("frame")
+          .expected("a change within float32 from the stream's previous frame");
+    }
+  }
   s.shift = bev_shift(s.step.can_bus, cfg_);
   s.can_bus = Tensor::empty({1, 18}, DType::kF32);
   for (int i = 0; i < 18; ++i) s.can_bus.data<float>()[i] = static_cast<float>(s.step.can_bus[static_cast<size_t>(i)]);
@@ -107,7 +131,7 @@ void BevFormer::tap_geometry(const BevStepInputs& s, const RigGeometry& rig, Tap
   taps.put("dbg.bev_mask_count", i64_tensor(rig.queries.count_per_camera));
 }
 
-std::vector<ScaInputs> BevFormer::image_stage(Ops& o, const Tensor& img, Taps* taps) const {
+ImageOutputs BevFormer::image_stage(Ops& o, const Tensor& img, Taps* taps) const {
   const int64_t cams = img.size(0), c = cfg_.transformer.embed_dims, heads = cfg_.transformer.sca.num_heads;
   o.set_stage("img.stem");
   const std::vector<Tensor> feats = resnet_forward(o, resnet_, cfg_.backbone, img);
@@ -134,6 +158,8 @@ std::vector<ScaInputs> BevFormer::image_stage(Ops& o, const Tensor& img, Taps* t
     flat.push_back(o.add_rows(f, level_embeds_[l], "feat_flatten.level_embeds." + std::to_string(l)));
   }
   const Tensor feat = flat.size() == 1 ? flat[0] : o.concat(flat, 1, "feat_flatten");
+  ImageOutputs out;
+  out.nonfinite = o.count_nonfinite(feat, "feat_flatten.nonfinite");
   if (taps) {
     std::vector<int64_t> ss;
     for (const auto& [h, w] : shapes) {
@@ -143,7 +169,7 @@ std::vector<ScaInputs> BevFormer::image_stage(Ops& o, const Tensor& img, Taps* t
     taps->put("dbg.spatial_shapes", i64_tensor(ss).reshape({static_cast<int64_t>(shapes.size()), 2}));
     taps->put("dbg.level_start_index", i64_tensor(starts));
   }
-  std::vector<ScaInputs> sca;
+  std::vector<ScaInputs>& sca = out.sca;
   for (size_t i = 0; i < encoder_.layers.size(); ++i) {
     ScaInputs s;
     s.value = o.linear(feat, encoder_.layers[i].sca.value_proj,
@@ -153,13 +179,14 @@ std::vector<ScaInputs> BevFormer::image_stage(Ops& o, const Tensor& img, Taps* t
     s.level_start = starts;
     sca.push_back(std::move(s));
   }
-  return sca;
+  return out;
 }
 
 BevOutputs BevFormer::bev_stage(Ops& o, const EncoderInputs& in, Taps* taps) const {
   const int64_t hw = int64_t{cfg_.head.bev_h} * cfg_.head.bev_w, c = cfg_.transformer.embed_dims;
   BevOutputs r;
   r.bev_embed = encoder_forward(o, encoder_, cfg_, in, taps);
+  r.nonfinite = o.count_nonfinite(r.bev_embed, "bev_embed.nonfinite");  // stage enc.out
   if (taps) taps->put("bev_embed", r.bev_embed.reshape({hw, 1, c}));
   const DecoderOutputs dec = decoder_forward(o, decoder_, head_, cfg_, r.bev_embed, taps);
 

@@ -53,6 +53,12 @@ struct BevStepInputs {
   Tensor rotation_index;          // i64 [HW] (with history): source cell of the rotated previous BEV
 };
 
+// The image stage's results, in backend memory.
+struct ImageOutputs {
+  std::vector<ScaInputs> sca;  // every encoder layer's SCA values
+  Tensor nonfinite;            // i64 [1]: NaN/inf among the flattened camera features (0 for a sound frame)
+};
+
 // The bev stage's results, in backend memory.
 struct BevOutputs {
   Tensor bev_embed;   // [HW, C]: the encoder output, the next frame's previous BEV
@@ -60,6 +66,7 @@ struct BevOutputs {
   Tensor all_preds;   // [layers, Q, code]: centres in metres (spec §2.13)
   Tensor last_preds;  // [Q, code]
   Tensor top_scores, top_index;  // the NMS-free top-k of the last layer's sigmoid scores
+  Tensor nonfinite;   // i64 [1]: NaN/inf in bev_embed (0 for a sound frame; else it must not become history)
 };
 
 class BevFormer {
@@ -71,8 +78,8 @@ class BevFormer {
 
   const ModelConfig& config() const { return cfg_; }
 
-  // The frame fits the model (camera count, image layout and size, finite calibration and CAN
-  // bus); Error(kInvalidInput) naming what does not.
+  // The frame fits the model (camera count, image layout and size, calibration and CAN bus finite
+  // and within float32, which the model computes in); Error(kInvalidInput) naming what does not.
   void check_frame(const FrameInput& f) const;
   // point_sampling and the SCA query lists of the frame's rig.
   RigGeometry rig_geometry(const FrameInput& f) const;
@@ -84,7 +91,7 @@ class BevFormer {
   void tap_geometry(const BevStepInputs& step, const RigGeometry& rig, Taps& taps) const;
 
   // The image stage on img [N, H, W, 3] (a backend tensor): every encoder layer's SCA values.
-  std::vector<ScaInputs> image_stage(Ops& o, const Tensor& img, Taps* taps) const;
+  ImageOutputs image_stage(Ops& o, const Tensor& img, Taps* taps) const;
   // The bev stage: encoder, decoder, heads and the top-k.
   BevOutputs bev_stage(Ops& o, const EncoderInputs& in, Taps* taps) const;
   // NMSFreeCoder on the host copies of the top-k and the last layer's boxes.

@@ -140,6 +140,7 @@ double flops_per_output_element(OpKind kind) {
     case OpKind::gather_rows:
     case OpKind::concat:
     case OpKind::permute:
+    case OpKind::count_nonfinite:  // one integer test per input value, no arithmetic
       return 0;
   }
   return 0;

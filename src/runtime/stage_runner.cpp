@@ -1,6 +1,7 @@
 #include "runtime/stage_runner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <utility>
@@ -69,6 +70,19 @@ class LanePool {
   std::vector<bool> busy_;
 };
 
+// A stage's numbers blew up (weights or inputs at float32's limits): the frame fails, naming the
+// stage, before anything of it is answered or kept as history.
+void check_finite(Backend& backend, const Tensor& count, const char* stage, const char* what,
+                  std::atomic<uint64_t>& failures) {
+  const int64_t n = backend.read(count).data<int64_t>()[0];
+  if (n == 0) return;
+  ++failures;
+  throw Error(ErrorKind::kInvalidInput, std::string("the ") + stage + " stage produced " + std::to_string(n) +
+                                            " non-finite value(s) in " + what)
+      .where("frame")
+      .hint("the stream's history is unchanged; inputs or weights at the limits of float32 do this");
+}
+
 std::vector<Tensor> tap_tensors(const Taps& t) {
   std::vector<Tensor> v;
   for (const auto& [name, tensor] : t.all()) v.push_back(tensor);
@@ -126,6 +140,7 @@ struct StageRunner::Impl {
   // history and the stream's old buffer becomes the spare, so a failed frame leaves the history
   // as it was and no frame copies a BEV.
   Tensor spare_bev;
+  std::atomic<uint64_t> nonfinite_frames{0};
 
   Impl(const BevFormer& m, Backend& b, bool replay_stages, bool pipelined)
       : model(m), cfg(m.config()), backend(b), replay(replay_stages), lanes(pipelined ? 2 : 1) {
@@ -139,7 +154,7 @@ struct StageRunner::Impl {
     bool tapped = false;
     uint64_t generation = 0;     // which recording: bev stages read the outputs of one
     Tensor img;                  // the input, written every frame
-    std::vector<ScaInputs> sca;  // the outputs (kept out of the arena)
+    ImageOutputs out;            // kept out of the arena
     Taps taps;
     RecordedStage stage;
   };
@@ -222,9 +237,10 @@ struct StageRunner::Impl {
     // Recorded without running (each intermediate would otherwise hold its own memory until the
     // stage exists: tiny 1050 MiB against a 281 MiB arena), then computed by the first execution.
     Ops rec(backend, Ops::Mode::kPlan);
-    p->sca = model.image_stage(rec, p->img, tapped ? &p->taps : nullptr);
+    p->out = model.image_stage(rec, p->img, tapped ? &p->taps : nullptr);
     std::vector<Tensor> keep = tap_tensors(p->taps);
-    for (const ScaInputs& v : p->sca) keep.push_back(v.value);
+    for (const ScaInputs& v : p->out.sca) keep.push_back(v.value);
+    keep.push_back(p->out.nonfinite);
     p->stage = RecordedStage(lane == 0 ? "image" : "image (lane " + std::to_string(lane + 1) + ")", rec.take_nodes(),
                              keep, backend);
     s = std::move(p);
@@ -256,13 +272,13 @@ struct StageRunner::Impl {
       p->in.prev_bev = backend.empty({hw, cfg.transformer.embed_dims}, DType::kF32);
       p->in.rotation_index = backend.empty({hw}, DType::kI64);
     }
-    p->in.sca = image.sca;
+    p->in.sca = image.out.sca;
     add_rig(p->in.sca, rig);
     Ops rec(backend, Ops::Mode::kPlan);  // computed by the first execution, as the image stage
     p->out = model.bev_stage(rec, p->in, tapped ? &p->taps : nullptr);
     std::vector<Tensor> keep = tap_tensors(p->taps);
     for (const Tensor& t : {p->out.bev_embed, p->out.all_cls, p->out.all_preds, p->out.last_preds, p->out.top_scores,
-                            p->out.top_index}) {
+                            p->out.top_index, p->out.nonfinite}) {
       keep.push_back(t);
     }
     std::string name = use_prev ? "bev (with history" : "bev (first frame";
@@ -290,11 +306,14 @@ struct StageRunner::Impl {
       ImageStage& s = image_recorded(st->lane, f.img, reads.taps != nullptr);
       backend.write(s.img, f.img);
       backend.execute(s.stage);
+      check_finite(backend, s.out.nonfinite, "image", "the flattened camera features", nonfinite_frames);
       if (reads.taps) read_taps(s.taps, &s.stage, {}, *reads.taps);
     } else {
       Ops eager(backend);
       Taps taps;
-      st->sca = model.image_stage(eager, backend.upload(f.img), reads.taps ? &taps : nullptr);
+      ImageOutputs out = model.image_stage(eager, backend.upload(f.img), reads.taps ? &taps : nullptr);
+      check_finite(backend, out.nonfinite, "image", "the flattened camera features", nonfinite_frames);
+      st->sca = std::move(out.sca);
       if (reads.taps) read_taps(taps, nullptr, {}, *reads.taps);
     }
     st->image_seconds = seconds_since(st->started);
@@ -346,6 +365,7 @@ struct StageRunner::Impl {
                                                  StageBinding{s.in.prev_bev, history.prev_bev}};
       const std::span<const StageBinding> bindings(bound.data(), use_prev ? 2 : 1);
       backend.execute(s.stage, bindings);
+      check_finite(backend, s.out.nonfinite, "bev", "the new BEV (bev_embed)", nonfinite_frames);
       s.last_bev = spare_bev;
       new_bev = spare_bev;
       out.all_cls_scores = backend.read(s.out.all_cls);
@@ -367,6 +387,7 @@ struct StageRunner::Impl {
       Ops eager(backend);
       Taps taps;
       const BevOutputs r = model.bev_stage(eager, in, reads.taps ? &taps : nullptr);
+      check_finite(backend, r.nonfinite, "bev", "the new BEV (bev_embed)", nonfinite_frames);
       new_bev = r.bev_embed;
       out.all_cls_scores = backend.read(r.all_cls);
       out.all_bbox_preds = backend.read(r.all_preds);
@@ -515,6 +536,8 @@ size_t StageRunner::rigs_seen() const {
   const Impl::Quiet quiet(*impl_);
   return impl_->rigs_computed;
 }
+
+uint64_t StageRunner::nonfinite_frames() const { return impl_->nonfinite_frames.load(); }
 
 std::string StageRunner::describe() const {
   const Impl::Quiet quiet(*impl_);

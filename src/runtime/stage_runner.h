@@ -129,6 +129,8 @@ class StageRunner {
   // How many rigs (lidar2img and padded size) needed their geometry computed: the last four
   // stay cached with their bev stages, so vehicles with different rigs do not re-record.
   size_t rigs_seen() const;
+  // Frames refused because a stage produced NaN or infinite values (their history unchanged).
+  uint64_t nonfinite_frames() const;
 
  private:
   struct Impl;

@@ -235,6 +235,11 @@ class CpuBackend final : public Backend {
         cpu::concat(in, std::get<ConcatAttrs>(n.attrs).axis, y);
         return;
       }
+      case OpKind::count_nonfinite: {
+        Tensor y = out;
+        cpu::count_nonfinite(in[0], y, &pool_);
+        return;
+      }
       case OpKind::permute: {
         Tensor y = out;
         cpu::permute_copy(in[0].permute(std::get<PermuteAttrs>(n.attrs).order), y, &pool_);

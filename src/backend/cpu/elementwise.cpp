@@ -4,6 +4,7 @@
 // two paths agree to rounding, not bit for bit; one machine always takes the same path.
 #include "backend/cpu/elementwise.h"
 
+#include <atomic>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -402,6 +403,35 @@ void relu(const Tensor& x, Tensor& y, ThreadPool* pool) {
   map_flat(pool, x.numel(), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) yp[i] = (xp[i] > 0.0f || std::isnan(xp[i])) ? xp[i] : 0.0f;
   });
+}
+
+void count_nonfinite(const Tensor& x, Tensor& out, ThreadPool* pool) {
+  if (!x.defined() || (x.dtype() != DType::kF32 && x.dtype() != DType::kBF16) || x.device() != Device::kCpu ||
+      !x.is_contiguous()) {
+    bad_tensor("count_nonfinite", x, "input x", "contiguous host f32 or bf16");
+  }
+  if (!out.defined() || out.dtype() != DType::kI64 || out.numel() != 1) {
+    bad_tensor("count_nonfinite", out, "output", "i64 [1]");
+  }
+  // The exponent bits all set is NaN or infinity, in either dtype: one integer test per value.
+  std::atomic<int64_t> total{0};
+  const int64_t n = x.numel();
+  if (x.dtype() == DType::kF32) {
+    const auto* p = static_cast<const uint32_t*>(x.raw_data());
+    map_flat(pool, n, [&](int64_t b, int64_t e) {
+      int64_t c = 0;
+      for (int64_t i = b; i < e; ++i) c += (p[i] & 0x7f800000u) == 0x7f800000u;
+      total += c;
+    });
+  } else {
+    const auto* p = static_cast<const uint16_t*>(x.raw_data());
+    map_flat(pool, n, [&](int64_t b, int64_t e) {
+      int64_t c = 0;
+      for (int64_t i = b; i < e; ++i) c += (p[i] & 0x7f80u) == 0x7f80u;
+      total += c;
+    });
+  }
+  out.data<int64_t>()[0] = total.load();
 }
 
 void sigmoid(const Tensor& x, Tensor& y, ThreadPool* pool) {
