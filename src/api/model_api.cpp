@@ -19,16 +19,10 @@
 #include "model/bevformer.h"
 #include "model/synthetic.h"
 #include "render/render.h"
+#include "api/model_impl.h"
 #include "runtime/engine.h"
 
 namespace bev {
-
-struct Model::Impl {
-  bool untrained = false;
-  std::string weights_name;
-  std::unique_ptr<Engine> engine;
-  uint64_t weight_bytes = 0;  // the checkpoint's tensors
-};
 
 namespace {
 
