@@ -755,7 +755,7 @@ struct StageRunner::Impl {
   }
 
   std::vector<SampleOutput> forward_batch(std::span<const BatchSample> samples, const FrameReads& reads) {
-    if (reads.taps) {
+    if (reads.taps && samples.size() > 1) {
       throw Error(ErrorKind::kInvalidInput, "a batch of " + std::to_string(samples.size()) + " frames asked for taps")
           .where("forward_batch")
           .expected("batch size 1 to read a frame's stage tensors");

@@ -115,7 +115,7 @@ class StageRunner {
   // (its own SCA query lists) and CAN-bus step, a top-k and decode per sample. Every sample's
   // output is that of forward() on it alone (docs/PERF.md says where it is bit-identical). A
   // sample that fails its checks fails alone. Samples whose images differ in size run in
-  // separate batches; one sample runs through forward(). Taps need batch size 1.
+  // separate batches; one sample runs through forward(). Taps need a batch of one.
   //
   // Plans: one recorded image and bev stage per batch size, replayed for any mix of rigs and
   // history. The SCA query lists are inputs of a fixed capacity per camera: the batch's longest
