@@ -294,6 +294,39 @@ TEST_F(BatchGolden, ASampleThatFailsFailsAlone) {
   }
 }
 
+// Adaptive batching runs the batch size measured fastest per frame (never one that costs
+// throughput against a smaller one), measuring each size first; the answers do not change.
+TEST_F(BatchGolden, AdaptiveBatchingRunsTheFastestMeasuredSize) {
+  auto backend = make_cpu_backend(2, Precision::kF32);
+  LoadedModel batched(*cfg_, *ck_, *backend), alone(*cfg_, *ck_, *backend);
+  StageRunner& runner = batched.runner();
+  EXPECT_EQ(runner.chosen_batch(4), 4);  // off: as given
+  runner.set_adaptive_batching(true);
+  EXPECT_EQ(runner.chosen_batch(4), 4);  // nothing measured: run it and see
+  runner.seed_batch_timing(1, 1.0);
+  runner.seed_batch_timing(2, 0.9);
+  runner.seed_batch_timing(4, 1.2);  // batching four costs throughput here
+  EXPECT_EQ(runner.chosen_batch(4), 2);
+  EXPECT_EQ(runner.chosen_batch(2), 2);
+  EXPECT_EQ(runner.chosen_batch(3), 3);  // not measured yet
+  runner.seed_batch_timing(3, 0.5);
+  EXPECT_EQ(runner.chosen_batch(4), 3);
+  runner.seed_batch_timing(3, 2.0);
+  // Four vehicles as two batches of two; every sample as alone.
+  std::vector<FrameInput> in = {frames_[0], on_other_rig(frames_[0], 1.05), moved(frames_[0], 1, 2),
+                                moved(on_other_rig(frames_[0], 0.95), -1, 3)};
+  std::vector<StreamHistory> hb(4), ha(4);
+  std::vector<BatchSample> s;
+  for (size_t i = 0; i < 4; ++i) s.push_back({&in[i], &hb[i]});
+  const std::vector<SampleOutput> got = runner.forward_batch(s, {nullptr, true});
+  Comparison c;
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_FALSE(got[i].error);
+    EXPECT_EQ(got[i].batch_size, 2);
+    expect_equal(got[i].output, alone.forward(in[i], ha[i]), "sample " + std::to_string(i), c);
+  }
+}
+
 TEST_F(BatchGolden, FramesOfOneStreamOrTapsAreRefused) {
   auto backend = make_cpu_backend(2, Precision::kF32);
   LoadedModel model(*cfg_, *ck_, *backend);

@@ -219,6 +219,7 @@ BenchReport run_bench(const BenchOptions& o) {
   engine_options.replay = !o.eager;
   engine_options.pipelined = o.pipeline;
   engine_options.profiling = true;  // detached while timing: one pointer test per op
+  engine_options.adaptive_batching = false;  // bench measures the batch size it is asked for
   require_backend(engine_options.backend, engine_options.backend_options);
 
   BenchReport r;

@@ -44,6 +44,7 @@ std::unique_ptr<Engine> Engine::create(const ModelConfig& cfg, const Checkpoint&
     s.model = std::make_unique<BevFormer>(cfg, checkpoint, load);
   }
   s.runner = std::make_unique<StageRunner>(*s.model, *s.backend, options.replay, options.pipelined);
+  s.runner->set_adaptive_batching(options.adaptive_batching);
   s.streams = std::make_unique<StreamRegistry>(options.streams);
   s.prepare_pool = std::make_unique<ThreadPool>(options.backend_options.threads);
   return e;

@@ -32,6 +32,8 @@ struct EngineOptions {
   bool replay = true;      // record each stage once and execute it after (false: eager every frame)
   bool pipelined = false;  // two frames in flight (StageRunner's lanes)
   bool profiling = false;  // run ops through a ProfilingBackend (bench, profile)
+  // detect_batch runs the batch size measured fastest per frame (StageRunner::set_adaptive_batching).
+  bool adaptive_batching = true;
   StreamLimits streams;
 };
 

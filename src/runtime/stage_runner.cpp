@@ -4,6 +4,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <utility>
 
@@ -425,7 +426,9 @@ struct StageRunner::Impl {
   }
 
   FrameOutput forward(const FrameInput& f, StreamHistory& history, const FrameReads& reads) {
-    return run_bev(f, run_image(f, reads), history, reads);
+    FrameOutput out = run_bev(f, run_image(f, reads), history, reads);
+    if (!reads.taps) note_timing(1, out.image_seconds + out.bev_seconds);
+    return out;
   }
 
   // Every lane (no frame in flight) and both stages' locks: for executions outside frames, for
@@ -453,7 +456,49 @@ struct StageRunner::Impl {
     BevOutputs out;
     RecordedStage bev;
   };
-  std::vector<std::unique_ptr<BatchStages>> batch_stages;  // one per batch size; under Quiet
+  // One per batch size, most recently used first; the last kMaxBatchSizes sizes stay recorded
+  // (their arenas grow with the batch: tiny's image stage alone is ~280 MiB per sample). Under Quiet.
+  static constexpr size_t kMaxBatchSizes = 3;
+  std::vector<std::unique_ptr<BatchStages>> batch_stages;
+
+  // How fast each batch size ran (replayed), per frame: what `adaptive` chooses by. The first run
+  // of a size (it records the stages) is not counted.
+  struct BatchTiming {
+    int runs = 0;
+    double per_frame = 0;  // seconds, exponentially averaged
+  };
+  bool adaptive = false;
+  std::mutex timing_mu;
+  std::map<int64_t, BatchTiming> timings;
+
+  void note_timing(int64_t batch, double seconds) {
+    if (!replay) return;
+    const std::lock_guard<std::mutex> lock(timing_mu);
+    BatchTiming& t = timings[batch];
+    const double per_frame = seconds / static_cast<double>(batch);
+    if (t.runs == 1) t.per_frame = per_frame;
+    if (t.runs > 1) t.per_frame = 0.7 * t.per_frame + 0.3 * per_frame;
+    ++t.runs;
+  }
+
+  // The batch size to run n samples at: n until it has been measured, then the measured size of
+  // at most n that took the least time per frame (3% in n's favour), so batching never costs a
+  // machine throughput where a smaller batch (or none) is faster.
+  int64_t chosen_batch(int64_t n) {
+    if (!adaptive || !replay) return n;
+    const std::lock_guard<std::mutex> lock(timing_mu);
+    const auto it = timings.find(n);
+    if (it == timings.end() || it->second.runs < 2) return n;
+    int64_t best = n;
+    double best_time = it->second.per_frame;
+    for (const auto& [b, t] : timings) {
+      if (b < n && t.runs >= 2 && t.per_frame < 0.97 * best_time) {
+        best = b;
+        best_time = t.per_frame;
+      }
+    }
+    return best;
+  }
 
   // The host geometry of the rigs batches saw. Batched stages do not depend on the rig, so many
   // more rigs stay cached here than bev stages per rig above.
@@ -491,10 +536,13 @@ struct StageRunner::Impl {
     auto it = std::find_if(batch_stages.begin(), batch_stages.end(), [&](const auto& p) { return p->batch == batch; });
     int64_t capacity = capacity_for(longest);
     if (it != batch_stages.end()) {
-      if ((*it)->img_shape == img_shape && (*it)->capacity >= longest) return **it;
-      if ((*it)->img_shape == img_shape) capacity = std::max(capacity, (*it)->capacity);
-      batch_stages.erase(it);
+      std::rotate(batch_stages.begin(), it, it + 1);
+      BatchStages& front = *batch_stages.front();
+      if (front.img_shape == img_shape && front.capacity >= longest) return front;
+      if (front.img_shape == img_shape) capacity = std::max(capacity, front.capacity);
+      batch_stages.erase(batch_stages.begin());
     }
+    if (batch_stages.size() >= kMaxBatchSizes) batch_stages.pop_back();
     const int64_t hw = bev_cells(), c = cfg.transformer.embed_dims, cams = cfg.transformer.num_cams;
     const int64_t slots = batch * cams * capacity;
     auto p = std::make_unique<BatchStages>();
@@ -532,8 +580,8 @@ struct StageRunner::Impl {
     keep.insert(keep.end(), p->out.top_scores.begin(), p->out.top_scores.end());
     keep.insert(keep.end(), p->out.top_index.begin(), p->out.top_index.end());
     p->bev = RecordedStage("bev" + name, rec.take_nodes(), keep, backend, in.prev_bevs);
-    batch_stages.push_back(std::move(p));
-    return *batch_stages.back();
+    batch_stages.insert(batch_stages.begin(), std::move(p));
+    return *batch_stages.front();
   }
 
   // A sample of a batch after its host step (forward_test steps 1-3 on a copy of its state).
@@ -715,6 +763,7 @@ struct StageRunner::Impl {
       top_index.push_back(backend.read(out->top_index[static_cast<size_t>(b)]));
     }
     const double bev_seconds = seconds_since(t_part);
+    note_timing(batch, image_seconds + bev_seconds);
 
     for (int64_t b = 0; b < batch; ++b) {
       const BatchRow& r = rows[static_cast<size_t>(b)];
@@ -787,21 +836,26 @@ struct StageRunner::Impl {
       std::vector<size_t> group, rest;
       for (const size_t i : pending) (samples[i].frame->img.shape() == shape ? group : rest).push_back(i);
       pending = std::move(rest);
-      std::vector<BatchRow> rows = batch_rows(samples, group, results);
-      if (rows.size() == 1) {
-        const size_t i = rows[0].index;
-        try {
-          results[i].output = forward(*samples[i].frame, *samples[i].history, reads);
-        } catch (...) {
-          results[i].error = std::current_exception();
+      const std::vector<BatchRow> rows = batch_rows(samples, group, results);
+      const size_t chunk = static_cast<size_t>(chosen_batch(static_cast<int64_t>(rows.size())));
+      for (size_t first = 0; first < rows.size(); first += chunk) {
+        const std::vector<BatchRow> part(rows.begin() + static_cast<std::ptrdiff_t>(first),
+                                         rows.begin() + static_cast<std::ptrdiff_t>(std::min(rows.size(), first + chunk)));
+        if (part.size() == 1) {
+          const size_t i = part[0].index;
+          try {
+            results[i].output = forward(*samples[i].frame, *samples[i].history, reads);
+          } catch (...) {
+            results[i].error = std::current_exception();
+          }
+          continue;
         }
-      } else if (rows.size() > 1) {
         try {
-          run_batch(samples, rows, reads, results);
+          run_batch(samples, part, reads, results);
         } catch (...) {
           // The batch as a whole failed (no memory, a backend fault): every sample of it did,
           // before any history changed.
-          for (const BatchRow& r : rows) results[r.index].error = std::current_exception();
+          for (const BatchRow& r : part) results[r.index].error = std::current_exception();
         }
       }
     }
@@ -921,6 +975,17 @@ std::vector<StageRunner::StageInfo> StageRunner::stage_info() const {
     add(p->bev);
   }
   return out;
+}
+
+void StageRunner::set_adaptive_batching(bool on) { impl_->adaptive = on; }
+
+int64_t StageRunner::chosen_batch(int64_t n) const { return impl_->chosen_batch(n); }
+
+void StageRunner::seed_batch_timing(int64_t batch, double seconds_per_frame) {
+  const std::lock_guard<std::mutex> lock(impl_->timing_mu);
+  Impl::BatchTiming& t = impl_->timings[batch];
+  t.runs = std::max(t.runs, 2);
+  t.per_frame = seconds_per_frame;
 }
 
 int64_t StageRunner::batch_capacity(int64_t batch) const {

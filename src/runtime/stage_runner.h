@@ -117,12 +117,22 @@ class StageRunner {
   // sample that fails its checks fails alone. Samples whose images differ in size run in
   // separate batches; one sample runs through forward(). Taps need a batch of one.
   //
-  // Plans: one recorded image and bev stage per batch size, replayed for any mix of rigs and
-  // history. The SCA query lists are inputs of a fixed capacity per camera: the batch's longest
+  // Plans: one recorded image and bev stage per batch size (the last three sizes used stay
+  // recorded), replayed for any mix of rigs and history. The SCA query lists are inputs of a fixed capacity per camera: the batch's longest
   // list rounded up to a multiple of ceil(HW / 8). A batch that needs more re-records that
   // batch size's bev stage at the larger capacity (it never shrinks; HW bounds it, since a
   // camera sees at most every cell).
   std::vector<SampleOutput> forward_batch(std::span<const BatchSample> samples, const FrameReads& reads = {});
+  // Adaptive batching (off by default; the Engine turns it on): forward_batch runs n samples at
+  // the batch size of at most n that this runner measured fastest per frame (replayed; every size
+  // is run as given until it has been measured), so batching never lowers throughput where a
+  // smaller batch, or none, is faster. The results are the same either way.
+  void set_adaptive_batching(bool on);
+  // The batch size adaptive batching would run n samples at now (n when it is off).
+  int64_t chosen_batch(int64_t n) const;
+  // A measurement made elsewhere (a bench run on this machine): `batch` frames take
+  // seconds_per_frame each, as if measured here; later runs of that size update it.
+  void seed_batch_timing(int64_t batch, double seconds_per_frame);
 
   // forward() is run_bev(frame, run_image(frame)). Apart, they pipeline: run_image of frame t+1
   // on one thread runs while run_bev of frame t runs on another, with results identical to
