@@ -202,11 +202,11 @@ Detections Model::detect_text(const std::string& text, const std::string& base_d
 
 namespace {
 
-// With no base directory nothing is read from disk: every camera must carry its bytes.
+// With no base directory nothing is read from disk: every camera must carry its bytes (or pixels).
 void check_image_bytes(const Frame& spec, const std::string& base_dir, const std::string& where) {
   if (!base_dir.empty()) return;
   for (size_t i = 0; i < spec.cameras.size(); ++i) {
-    if (spec.cameras[i].image_bytes.empty()) {
+    if (spec.cameras[i].image_bytes.empty() && spec.cameras[i].pixels.empty()) {
       throw Error(ErrorKind::kInvalidInput, "names the image file '" + spec.cameras[i].image_path + "'")
           .where(where + ": cameras[" + std::to_string(i) + "].image")
           .expected("the image's bytes (no base directory was given, so no file is read)");
