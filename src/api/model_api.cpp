@@ -116,6 +116,7 @@ std::unique_ptr<Model> Model::load(const std::string& config, const std::string&
   options.backend_options = {knobs.threads, parse_precision(knobs.precision, "knobs"), knobs.device};
   options.replay = knobs.replay;
   options.pipelined = knobs.pipeline;
+  options.profiling = knobs.profiling;
   if (knobs.max_batch < 1) {
     throw Error(ErrorKind::kInvalidInput, "max_batch " + std::to_string(knobs.max_batch)).where("knobs").expected("at least 1");
   }
