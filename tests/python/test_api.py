@@ -128,11 +128,11 @@ def test_synthetic_request_runs_and_warms_up():
 def test_model_surfaces():
     with micro_model(precision="f32", max_streams=8) as model:
         info = model.device_info
-        assert info["backend"] == "cpu" and info["threads"] == 2 and info["precision"] == "f32"
+        assert info["backend"] == "cpu" and info["threads"] == 1 and info["precision"] == "f32"
         assert info["device"] and info["isa"]
         assert set(info["versions"]) >= {"bevformer", "onednn", "opencv", "pybind11"}
         knobs = model.knobs.as_dict()
-        assert knobs["max_streams"] == 8 and knobs["threads"] == 2 and knobs["profiling"] is False
+        assert knobs["max_streams"] == 8 and knobs["threads"] == 1 and knobs["profiling"] is False
         assert model.knobs.backend == "cpu"
         assert model.class_names[0] == "car" and len(model.class_names) == 10
         assert "BEV 20x20" in model.config_summary()
@@ -162,7 +162,7 @@ def test_results_nusc_of_a_stream():
 
 
 def test_untrained_model_says_so():
-    with bevformer.BEVFormer.from_pretrained(os.path.join(MICRO, "config.json"), threads=2) as model:
+    with bevformer.BEVFormer.from_pretrained(os.path.join(MICRO, "config.json"), threads=1) as model:
         r = model(**micro_request(0))
         assert model.untrained and r.untrained and "UNTRAINED" in repr(r)
         assert r.detections()["untrained"] is True

@@ -24,7 +24,7 @@ def run(*args):
 
 def test_profile_ops(tmp_path):
     out = run(os.path.join(SOURCE, "examples", "profile_ops.py"), "--config", CONFIG, "--weights", WEIGHTS,
-              "--threads", "2", "--rounds", "2", "--eager", "--no-peaks", "--out", str(tmp_path))
+              "--threads", "1", "--rounds", "2", "--eager", "--no-peaks", "--out", str(tmp_path))
     assert "from the synthetic request" in out and "frame 2:" in out and "history" in out
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["rounds"] == 2 and summary["eager_frame_ms"] > 0
