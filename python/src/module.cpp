@@ -167,6 +167,11 @@ PYBIND11_MODULE(_bevformer, m) {
   using namespace bevpy;
   m.doc() = "bevformer.cpp's engine for Python (the bevformer package wraps it; docs/PYTHON.md)";
   m.attr("__version__") = BEV_VERSION;
+  // pybind11 (before 2.12) finds numpy's C API on first use through a function-local static
+  // whose initializer imports numpy, which releases the GIL: two threads making their first
+  // arrays at once deadlock on the static's guard. Found here, while the import holds the GIL.
+  py::module_::import("numpy");
+  (void)py::array_t<uint8_t>(0);
   add_errors(m);
   m.def("versions", &versions, "library versions of this build");
   m.def("available_backends", &bev::available_backends);

@@ -1,6 +1,8 @@
 """Python threads drive several streams of one model at once (the GIL is released while a frame
 runs), and every stream gets exactly what it gets alone."""
 
+import os
+import subprocess
 import sys
 import threading
 import time
@@ -8,7 +10,7 @@ import time
 import numpy as np
 
 import bevformer
-from conftest import assert_same_detections, micro_model, micro_request
+from conftest import MICRO, assert_same_detections, micro_model, micro_request
 
 
 def stream_requests(s):
@@ -85,3 +87,28 @@ def test_the_gil_is_released_while_a_frame_runs():
             sys.setswitchinterval(before)
         assert seen == ["calling"], "the frame held the GIL"
         assert state[1].used_history  # and the frame itself ran as usual
+
+
+def test_threads_making_their_first_arrays_at_once_in_a_fresh_interpreter():
+    # The first arrays of a process, made by several threads at once (as the threads example in
+    # docs/PYTHON.md does), once deadlocked inside pybind11's lookup of numpy's C API.
+    code = """
+import sys, threading
+import bevformer
+config = sys.argv[1]
+start = threading.Barrier(4)
+out = []
+def first_arrays(seed):
+    start.wait()
+    out.append(bevformer.synthetic_request(config, seed, 0)["images"][0].shape)
+threads = [threading.Thread(target=first_arrays, args=(s,)) for s in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(len(out))
+"""
+    try:
+        p = subprocess.run([sys.executable, "-c", code, os.path.join(MICRO, "config.json")], capture_output=True,
+                           text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("four threads making their first arrays deadlocked") from None
+    assert p.returncode == 0 and p.stdout.strip() == "4", p.stdout + p.stderr
