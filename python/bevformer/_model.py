@@ -36,13 +36,14 @@ class Result:
     boxes (K x 9 float32: x, y, z, w, l, h, yaw, vx, vy in the LiDAR frame, z the bottom centre),
     scores (K float32), labels (K int64), query (K int64, the decoder query of each box),
     class_names (K names), used_history, history_reset, frame_index, stream, timestamp, scene,
-    sample_token, untrained, seconds (total, prepare, geometry, image, bev, output), json (the
+    sample_token, untrained, seconds (total, prepare, geometry, image, bev, output), batch_size
+    (frames that ran together: 1 from model(...), up to max_batch from detect_batch), json (the
     detections JSON document) and nuscenes_json (this frame's results_nusc.json entries).
     """
 
     __slots__ = ("boxes", "scores", "labels", "query", "class_names", "stream", "timestamp", "scene",
                  "frame_index", "used_history", "history_reset", "untrained", "sample_token", "seconds",
-                 "json", "nuscenes_json")
+                 "batch_size", "json", "nuscenes_json")
 
     def __init__(self, fields):
         for k in self.__slots__:
@@ -102,10 +103,11 @@ class BEVFormer:
 
     def __init__(self, config="tiny", weights=None, *, backend="cpu", precision="f32", threads=0,
                  pipeline=False, device=0, seed=2026, max_streams=64, stream_ttl_seconds=600.0,
-                 max_gap_seconds=10.0, replay=True, profiling=False):
+                 max_gap_seconds=10.0, replay=True, max_batch=8, profiling=False):
         knobs = dict(backend=backend, device=device, threads=threads, precision=precision, seed=seed,
                      max_streams=max_streams, stream_ttl_seconds=stream_ttl_seconds,
-                     max_gap_seconds=max_gap_seconds, replay=replay, pipeline=pipeline, profiling=profiling)
+                     max_gap_seconds=max_gap_seconds, replay=replay, pipeline=pipeline, max_batch=max_batch,
+                     profiling=profiling)
         config = os.fspath(config)
         weights = "" if weights is None else os.fspath(weights)
         self._h = _bevformer._Model(config, weights, knobs)
@@ -130,6 +132,24 @@ class BEVFormer:
             else:
                 fields = request
         return Result(self._h.detect(dict(fields)))
+
+    def detect_batch(self, requests, max_batch=0, return_exceptions=False):
+        """Frames of several streams in one call (Model::detect_batch): frames of distinct streams
+        run together through the recorded stages, each exactly as model(**request) would answer
+        it alone; each stream's frames in the order given; at most max_batch per batch (0: the
+        model's max_batch knob). Returns one Result per request, in order. A frame that fails
+        fails alone (its stream keeps its history): with return_exceptions its entry is the
+        bevformer.Error; without, the first failure is raised after every frame ran, carrying
+        the whole list as its ``outcomes``."""
+        out = []
+        for entry in self._h.detect_batch([dict(r) for r in requests], max_batch):
+            out.append(entry if isinstance(entry, BaseException) else Result(entry))
+        if not return_exceptions:
+            for entry in out:
+                if isinstance(entry, BaseException):
+                    entry.outcomes = out
+                    raise entry
+        return out
 
     def detect_file(self, path):
         """A frame JSON file (images relative to its folder)."""

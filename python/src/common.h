@@ -55,6 +55,9 @@ py::dict synthetic_request(const std::string& config, uint64_t seed, int index);
 // An image file or encoded bytes decoded as the engine decodes them: uint8 HxWx3 BGR.
 py::array read_image(const py::object& source);
 
+// The bevformer.Error subclass instance of an engine error (module.cpp).
+py::object error_object(const bev::Error& e);
+
 // bev::Detections -> the dict the Python Result wraps (results.cpp).
 py::dict detections_dict(const bev::Detections& d);
 

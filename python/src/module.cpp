@@ -3,6 +3,7 @@
 // drive several streams at once. The Python package (python/bevformer) wraps this module.
 #include <dnnl.hpp>
 #include <filesystem>
+#include <optional>
 #include <opencv2/core/version.hpp>
 
 #include "bevformer/convert.h"
@@ -38,6 +39,32 @@ ErrorClass g_errors[] = {
     {ErrorKind::kBusy, "BusyError", "busy", PyExc_RuntimeError},
 };
 
+}  // namespace
+
+// The bevformer.Error subclass instance of an engine error, carrying its parts.
+py::object error_object(const Error& e) {
+  PyObject* cls = g_error;
+  const char* id = "error";
+  for (const ErrorClass& c : g_errors) {
+    if (c.kind == e.kind()) {
+      cls = c.cls;
+      id = c.id;
+    }
+  }
+  const std::string message = std::string(bev::error_kind_name(e.kind())) + ": " + e.what();
+  py::object inst = py::reinterpret_steal<py::object>(PyObject_CallFunction(cls, "s", message.c_str()));
+  if (!inst) throw py::error_already_set();
+  inst.attr("kind") = id;
+  inst.attr("problem") = e.problem();
+  inst.attr("where") = e.place();
+  inst.attr("expected") = e.expectation();
+  inst.attr("hint") = e.fix_hint();
+  inst.attr("offset") = e.offset() ? py::object(py::int_(*e.offset())) : py::object(py::none());
+  return inst;
+}
+
+namespace {
+
 void add_errors(py::module_& m) {
   g_error = PyErr_NewExceptionWithDoc("bevformer.Error",
                                       "An error of the engine: .kind, .problem, .where, .expected, .hint, .offset "
@@ -54,24 +81,14 @@ void add_errors(py::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const Error& e) {
-      PyObject* cls = g_error;
-      const char* id = "error";
-      for (const ErrorClass& c : g_errors) {
-        if (c.kind == e.kind()) {
-          cls = c.cls;
-          id = c.id;
-        }
+      py::object inst;
+      try {
+        inst = error_object(e);
+      } catch (py::error_already_set& failed) {
+        failed.restore();  // making the exception failed: that error stands
+        return;
       }
-      const std::string message = std::string(bev::error_kind_name(e.kind())) + ": " + e.what();
-      py::object inst = py::reinterpret_steal<py::object>(PyObject_CallFunction(cls, "s", message.c_str()));
-      if (!inst) return;  // the call set its own Python error
-      inst.attr("kind") = id;
-      inst.attr("problem") = e.problem();
-      inst.attr("where") = e.place();
-      inst.attr("expected") = e.expectation();
-      inst.attr("hint") = e.fix_hint();
-      inst.attr("offset") = e.offset() ? py::object(py::int_(*e.offset())) : py::object(py::none());
-      PyErr_SetObject(cls, inst.ptr());
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(inst.ptr())), inst.ptr());
     }
   });
 }
@@ -91,11 +108,12 @@ bev::Knobs knobs_from(const py::dict& d) {
       else if (key == "max_gap_seconds") k.max_gap_seconds = v.cast<double>();
       else if (key == "replay") k.replay = v.cast<bool>();
       else if (key == "pipeline") k.pipeline = v.cast<bool>();
+      else if (key == "max_batch") k.max_batch = v.cast<int>();
       else if (key == "profiling") k.profiling = v.cast<bool>();
       else {
         throw Error(ErrorKind::kInvalidInput, "an unknown knob").where("knobs: " + key)
             .expected("backend, device, threads, precision, seed, max_streams, stream_ttl_seconds, max_gap_seconds, "
-                      "replay, pipeline, profiling");
+                      "replay, pipeline, max_batch, profiling");
       }
     } catch (const py::cast_error&) {
       throw Error(ErrorKind::kInvalidInput, "a " + py::str(py::type::of(v).attr("__name__")).cast<std::string>())
@@ -118,6 +136,7 @@ py::dict knobs_dict(const bev::Knobs& k) {
   d["max_gap_seconds"] = k.max_gap_seconds;
   d["replay"] = k.replay;
   d["pipeline"] = k.pipeline;
+  d["max_batch"] = k.max_batch;
   d["profiling"] = k.profiling;
   return d;
 }
@@ -231,6 +250,61 @@ PYBIND11_MODULE(_bevformer, m) {
     const bev::Frame frame = frame_from_request(request);
     return run_frame(pm, frame, ".");
   }, py::arg("request"));
+  model.def("detect_batch", [](PyModel& pm, const py::list& requests, int max_batch) {
+    // Model::detect_batch: frames of distinct streams run together, each as if alone, each
+    // stream's in order. A request that is not a frame fails alone too, as a frame would.
+    std::vector<std::optional<Error>> refused(requests.size());
+    std::vector<bev::Frame> frames;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      try {
+        const py::handle r = requests[i];
+        if (!py::isinstance<py::dict>(r)) {
+          throw Error(ErrorKind::kInvalidInput, "a " + py::str(py::type::of(r).attr("__name__")).cast<std::string>())
+              .where("requests[" + std::to_string(i) + "]")
+              .expected("a mapping of the request's fields");
+        }
+        frames.push_back(frame_from_request(py::reinterpret_borrow<py::dict>(r)));
+      } catch (const Error& e) {
+        refused[i] = e;
+      }
+    }
+    std::vector<bev::FrameOutcome> out;
+    {
+      py::gil_scoped_release nogil;
+      std::shared_lock<std::shared_mutex> shared(pm.mu, std::defer_lock);
+      std::unique_lock<std::shared_mutex> alone(pm.mu, std::defer_lock);
+      if (pm.knobs.profiling) {
+        alone.lock();
+      } else {
+        shared.lock();
+      }
+      bev::Model& live = pm.live("detect_batch");
+      out = live.detect_batch(frames, ".", {}, max_batch);
+      for (size_t k = out.size(); k-- > 0;) {
+        if (out[k].detections) {
+          pm.runner->set_last_frame(frames[k], ".");
+          break;
+        }
+      }
+    }
+    py::list results;
+    size_t k = 0;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (refused[i]) {
+        results.append(error_object(*refused[i]));
+        continue;
+      }
+      const bev::FrameOutcome& o = out[k++];
+      if (o.detections) {
+        py::dict d = detections_dict(*o.detections);
+        d["batch_size"] = o.batch_size;
+        results.append(d);
+      } else {
+        results.append(error_object(o.error ? *o.error : Error(ErrorKind::kInternal, "a frame with no outcome")));
+      }
+    }
+    return results;
+  }, py::arg("requests"), py::arg("max_batch") = 0);
   model.def("detect_file", [](PyModel& pm, const std::string& path) {
     bev::Frame frame;
     {

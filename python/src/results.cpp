@@ -48,6 +48,7 @@ py::dict detections_dict(const bev::Detections& d) {
   out["untrained"] = d.untrained;
   out["sample_token"] = d.sample_token;
   out["seconds"] = seconds;
+  out["batch_size"] = 1;  // Model::detect_batch's frames say how many ran together
   out["json"] = d.json;
   out["nuscenes_json"] = d.nuscenes_json;
   return out;

@@ -166,3 +166,44 @@ def test_untrained_model_says_so():
         r = model(**micro_request(0))
         assert model.untrained and r.untrained and "UNTRAINED" in repr(r)
         assert r.detections()["untrained"] is True
+
+
+def test_detect_batch_answers_each_frame_as_a_call_alone_does():
+    # Three vehicles' frames interleaved: each stream's in order, run together in batches of
+    # three, every frame as model(**request) answers it alone; a frame whose bev stage overflows
+    # and a request that is not a frame fail alone, and their streams go on from the history
+    # they had.
+    requests = []
+    for k in range(3):
+        for stream in ("a", "b", "c"):
+            req = micro_request(k, stream=stream)
+            pose = np.array(req["stream"]["T_world_from_ego"], dtype=float)
+            if stream == "b":
+                pose[0, 3] += 2.5
+                req["images"] = [bevformer.read_image(p) for p in req["images"]]  # arrays batch too
+            req["stream"]["T_world_from_ego"] = pose
+            if stream == "c" and k == 1:
+                req["can_bus"] = list(req["can_bus"])
+                req["can_bus"][13] = 3e38  # finite, but the CAN-bus MLP overflows in the bev stage
+            requests.append(req)
+    requests.insert(4, {**micro_request(0, stream="d"), "timestamp": "noon"})
+    with micro_model(max_batch=3) as batched, micro_model() as single:
+        assert batched.knobs.max_batch == 3
+        out = batched.detect_batch(requests, return_exceptions=True)
+        assert len(out) == len(requests)
+        for i, (req, got) in enumerate(zip(requests, out)):
+            try:
+                want = single(**req)
+            except bevformer.Error as e:
+                assert isinstance(got, type(e)), (i, got)
+                assert got.where == e.where and got.problem == e.problem
+                continue
+            assert isinstance(got, bevformer.Result), (i, got)
+            assert got.json == want.json, i
+            assert_same_detections(got, want)
+            assert got.frame_index == want.frame_index and got.batch_size == 3 and want.batch_size == 1
+        assert isinstance(out[4], bevformer.InvalidInputError) and "timestamp" in out[4].where
+        assert "bev stage produced" in str(out[6])
+        with pytest.raises(bevformer.InvalidInputError) as info:
+            batched.detect_batch([{**micro_request(0, stream="e"), "timestamp": "noon"}, micro_request(0, stream="f")])
+        assert isinstance(info.value.outcomes[1], bevformer.Result)  # the others ran all the same
