@@ -15,6 +15,7 @@ PACKAGES=(
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev  # image decode, resize, drawing
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch python3-numpy libopenblas0-openmp  # reference/ (PyTorch reference; OpenBLAS: netlib BLAS is ~7x slower)
+  python3-dev pybind11-dev python3-pybind11 python3-pytest python3-distributed python3-venv  # the Python package (docs/PYTHON.md)
 )
 
 missing=()

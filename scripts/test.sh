@@ -20,6 +20,7 @@ if [ "${SKIP_ASAN:-0}" != 1 ]; then
   step "build (ASan+UBSan, CPU only)"
   bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DBEV_SANITIZE=ON -DBEV_CUDA=OFF -DBEV_BENCH=OFF
   step "tests (ASan+UBSan)"
+  echo "python: the package is not built under ASan (an ASan extension needs libasan preloaded into python3); the release tests ran it"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j"$(nproc)" --timeout 900 -LE slow
 fi

@@ -36,6 +36,20 @@ struct ImageBytes {
   bool operator==(const ImageBytes& other) const;  // the same bytes
 };
 
+// Decoded pixels instead of an encoded image (the Python binding's HxWx3 uint8 arrays): height
+// rows of width x 3 bytes, contiguous, in BGR order (what decoding a file gives, mmcv.imread's
+// order). Not copied: `owner` keeps them alive (null when the caller guarantees it for the
+// duration of a call). They enter the test pipeline exactly where a decoded file's pixels do, so
+// a PNG of the same pixels gives the same detections bit for bit.
+struct ImagePixels {
+  std::shared_ptr<const void> owner;
+  const uint8_t* data = nullptr;
+  int64_t height = 0, width = 0;
+
+  bool empty() const { return data == nullptr; }
+  bool operator==(const ImagePixels& other) const;  // the same size and pixels
+};
+
 struct Camera {
   std::string name;                    // unique in the frame (nuScenes: CAM_FRONT, ...)
   std::string image_path;              // a file, relative to the frame file's folder; "" when image_bytes is set
@@ -43,6 +57,7 @@ struct Camera {
   std::optional<Mat3> K;               // intrinsics at the image's own resolution
   std::optional<Mat4> T_ego_from_cam;  // p_ego = T p_cam (camera x right, y down, z forward)
   std::optional<Mat4> lidar2img;       // instead of K + T_ego_from_cam
+  ImagePixels pixels;                  // decoded pixels instead of a file or bytes (never parsed from JSON)
   bool operator==(const Camera&) const = default;
 };
 
@@ -63,7 +78,8 @@ struct Frame {
 Frame parse_frame(std::string_view json, const std::string& where = "frame");
 // A frame JSON file (a regular file of at most 1 GiB); image paths stay relative to its folder.
 Frame read_frame(const std::string& path);
-// The frame as JSON text (inline images base64-encoded); parse_frame of it gives an equal Frame.
+// The frame as JSON text (inline images base64-encoded, decoded pixels as a base64 PNG of them);
+// parse_frame of it gives an equal Frame, except that pixels come back as the PNG's bytes.
 std::string frame_json(const Frame& frame);
 
 }  // namespace bev

@@ -34,6 +34,9 @@ struct Knobs {
   bool pipeline = false;
   // The most frames of distinct streams one batch runs (Model::detect_batch, the server's batching).
   int max_batch = 8;
+  // Ops run through the profiler's backend decorator, so that a profiler can be attached around
+  // any calls (bevformer/runner.h). Detached it costs one pointer test per op.
+  bool profiling = false;
 };
 
 // One detected box. LiDAR (BEV) frame: x right, y forward, z up; `center` is the bottom centre
@@ -182,6 +185,7 @@ class Model {
                               double started_seconds_ago);
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  friend struct ModelInternals;  // src/api/model_impl.h: the api/ files beside model_api.cpp reach impl_
 };
 
 }  // namespace bev

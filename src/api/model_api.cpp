@@ -116,6 +116,7 @@ std::unique_ptr<Model> Model::load(const std::string& config, const std::string&
   options.backend_options = {knobs.threads, parse_precision(knobs.precision, "knobs"), knobs.device};
   options.replay = knobs.replay;
   options.pipelined = knobs.pipeline;
+  options.profiling = knobs.profiling;
   if (knobs.max_batch < 1) {
     throw Error(ErrorKind::kInvalidInput, "max_batch " + std::to_string(knobs.max_batch)).where("knobs").expected("at least 1");
   }
@@ -202,11 +203,11 @@ Detections Model::detect_text(const std::string& text, const std::string& base_d
 
 namespace {
 
-// With no base directory nothing is read from disk: every camera must carry its bytes.
+// With no base directory nothing is read from disk: every camera must carry its bytes (or pixels).
 void check_image_bytes(const Frame& spec, const std::string& base_dir, const std::string& where) {
   if (!base_dir.empty()) return;
   for (size_t i = 0; i < spec.cameras.size(); ++i) {
-    if (spec.cameras[i].image_bytes.empty()) {
+    if (spec.cameras[i].image_bytes.empty() && spec.cameras[i].pixels.empty()) {
       throw Error(ErrorKind::kInvalidInput, "names the image file '" + spec.cameras[i].image_path + "'")
           .where(where + ": cameras[" + std::to_string(i) + "].image")
           .expected("the image's bytes (no base directory was given, so no file is read)");

@@ -19,4 +19,11 @@ struct Model::Impl {
   int max_batch = 8;          // Knobs::max_batch
 };
 
+// How the api/ files beside model_api.cpp (runner_api.cpp, ...) reach a Model's Impl (Model
+// names this struct its friend).
+struct ModelInternals {
+  using Impl = Model::Impl;  // the name other api/ files may use
+  static Impl& of(Model& model) { return *model.impl_; }
+};
+
 }  // namespace bev

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <initializer_list>
 #include <numbers>
@@ -11,6 +12,7 @@
 
 #include "bevformer/error.h"
 #include "io/byte_source.h"
+#include "io/image.h"
 #include "io/json_checks.h"
 
 namespace bev {
@@ -444,6 +446,11 @@ bool ImageBytes::operator==(const ImageBytes& other) const {
   return bytes.size() == other.bytes.size() && std::equal(bytes.begin(), bytes.end(), other.bytes.begin());
 }
 
+bool ImagePixels::operator==(const ImagePixels& other) const {
+  if (height != other.height || width != other.width || empty() != other.empty()) return false;
+  return empty() || data == other.data || std::memcmp(data, other.data, static_cast<size_t>(height * width * 3)) == 0;
+}
+
 Frame parse_frame(std::string_view json_text, const std::string& where) { return parse_frame_json(json_text, where); }
 Frame read_frame(const std::string& path) { return read_frame_json(path); }
 std::string frame_json(const Frame& frame) { return frame_json_text(frame); }
@@ -476,7 +483,14 @@ ojson to_json(const Frame& spec) {
   for (const Camera& c : spec.cameras) {
     ojson cj;
     cj["name"] = c.name;
-    if (c.image_path.empty()) {
+    if (!c.pixels.empty()) {
+      // Lossless: the PNG decodes to the same pixels, so the frame detects the same.
+      const Shape shape{c.pixels.height, c.pixels.width, 3};
+      const Tensor bgr = Tensor::view_of(
+          Storage::borrow(const_cast<uint8_t*>(c.pixels.data), static_cast<size_t>(shape_numel(shape)), c.pixels.owner),
+          DType::kU8, shape, contiguous_strides(shape), 0);
+      cj["image"] = {{"base64", base64_encode(encode_image(bgr, ".png"))}};
+    } else if (c.image_path.empty()) {
       cj["image"] = {{"base64", base64_encode(c.image_bytes.bytes)}};
     } else {
       cj["image"] = c.image_path;

@@ -58,6 +58,36 @@ ImagePreprocess image_preprocess_of(const ImageConfig& cfg) {
   return p;
 }
 
+// A camera's decoded pixels (bevformer/frame.h ImagePixels) as the u8 [H, W, 3] BGR tensor a
+// decoded file gives, borrowed (the owner rides along), after the checks a file's header gets.
+Tensor camera_pixels(const Camera& cam, const std::string& place, const ImageConfig& ic) {
+  const std::string name = place + " image (pixels)";
+  if (!cam.image_path.empty() || !cam.image_bytes.empty()) {
+    throw Error(ErrorKind::kInvalidInput, "the camera has decoded pixels and also an encoded image")
+        .where(name)
+        .expected("one image per camera");
+  }
+  const ImagePixels& px = cam.pixels;
+  if (px.height <= 0 || px.width <= 0 || px.height * px.width > kMaxImagePixels) {
+    throw Error(ErrorKind::kInvalidInput, "the pixels are " + std::to_string(px.width) + "x" + std::to_string(px.height))
+        .where(name)
+        .expected("a positive size of at most " + std::to_string(kMaxImagePixels) + " pixels");
+  }
+  if (px.width != ic.width || px.height != ic.height) {
+    throw Error(ErrorKind::kInvalidInput, "the image is " + size_text(static_cast<int>(px.width), static_cast<int>(px.height)) +
+                                              " but the model's camera rig is " + size_text(ic.width, ic.height))
+        .where(name)
+        .expected("every camera image at the config's size (" + size_text(ic.width, ic.height) + ")")
+        .hint("K and lidar2img refer to the original image; resize happens inside (resize_scale " +
+              std::to_string(ic.resize_scale) + ")");
+  }
+  const Shape shape{px.height, px.width, 3};
+  const size_t bytes = static_cast<size_t>(px.height * px.width * 3);
+  // Read only: preprocessing and rendering never write the decoded image.
+  return Tensor::view_of(Storage::borrow(const_cast<uint8_t*>(px.data), bytes, px.owner), DType::kU8, shape,
+                         contiguous_strides(shape), 0);
+}
+
 }  // namespace
 
 Tensor preprocess_image(const Tensor& bgr, const ImageConfig& cfg) {
@@ -172,6 +202,13 @@ PreparedFrame prepare_frame(const Frame& spec, const ModelConfig& cfg, const std
   auto one = [&](size_t i) {
     const Camera& cam = spec.cameras[i];
     const std::string place = camera_place(spec, i);
+    if (!cam.pixels.empty()) {
+      p.images[i] = camera_pixels(cam, place, ic);
+      preprocess_image_into(p.images[i], pre, img.data<float>() + i * per_camera);
+      p.camera_names[i] = cam.name;
+      p.lidar2img_original[i] = camera_lidar2img(cam, p.T_ego_from_lidar);
+      return;
+    }
     std::shared_ptr<const ByteSource> file;
     std::span<const uint8_t> bytes = cam.image_bytes.bytes;
     std::string name = place + " image (base64)";
