@@ -8,6 +8,9 @@
 
 #include "bevformer/error.h"
 #include "server/api_error.h"
+#include "server/fleet.h"
+#include "server/oip.h"
+#include "server/oip_service.h"
 
 namespace bev::server {
 namespace {
@@ -42,13 +45,14 @@ HttpResponse busy(const std::string& message) {
 
 std::string mib(size_t bytes) { return std::to_string((bytes + (1u << 20) - 1) >> 20) + " MiB"; }
 
-// What a frame's handler thread and the worker running it share.
-struct FrameJob {
+// What a request's handler thread and the worker running its job share.
+struct Done {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
-  HttpResponse response;
 };
+
+bool is_v2(const Route& route) { return route.name.rfind("v2", 0) == 0; }
 
 }  // namespace
 
@@ -56,11 +60,15 @@ Service::Service(Model& model, ServiceOptions options)
     : model_(model),
       options_(std::move(options)),
       memory_(options_.max_inflight_bytes),
-      scheduler_(options_.workers, options_.queue_capacity) {}
+      scheduler_(options_.workers, options_.queue_capacity),
+      oip_(std::make_unique<Oip>(model_, *this, options_.oip)),
+      fleet_(std::make_unique<Fleet>(model_, *this, oip_->sequences(), options_.fleet)) {}
 
 Service::~Service() { finish(); }
 
 void Service::begin_shutdown() { shutting_down_ = true; }
+
+void Service::begin_drain() { draining_ = true; }
 
 void Service::finish() {
   shutting_down_ = true;
@@ -72,7 +80,11 @@ HttpResponse Service::handle(HttpRequest request) {
   const Route route = route_request(request.method, request.path);
   HttpResponse r;
   try {
-    r = route.refusal ? *route.refusal : dispatch(route, request);
+    if (route.refusal) {
+      r = is_v2(route) ? oip_error_from_v1(*route.refusal) : *route.refusal;
+    } else {
+      r = dispatch(route, request);
+    }
   } catch (const ApiError& e) {
     r = error_response(e);
   } catch (const Error& e) {
@@ -81,7 +93,7 @@ HttpResponse Service::handle(HttpRequest request) {
     r = error_response(500, "internal", std::string("internal error: ") + e.what());
   }
   count_refusal(route.name, r);
-  if (route.id == RouteId::kFrames) metrics_.observe("total", now_seconds() - t0);
+  if (route.id == RouteId::kFrames || route.id == RouteId::kV2Infer) metrics_.observe("total", now_seconds() - t0);
   return r;
 }
 
@@ -103,6 +115,14 @@ HttpResponse Service::dispatch(const Route& route, HttpRequest& request) {
     case RouteId::kStreams: return get_streams();
     case RouteId::kStream: return delete_stream(route.stream);
     case RouteId::kFrames: return post_frame(route.stream, request);
+    case RouteId::kV2Server:
+    case RouteId::kV2Live:
+    case RouteId::kV2Ready:
+    case RouteId::kV2Model:
+    case RouteId::kV2ModelReady:
+    case RouteId::kV2Infer: return oip_->handle(route, request);
+    case RouteId::kHandoff:
+    case RouteId::kHandoffOwner: return fleet_->handle(route, request);
     case RouteId::kNone: break;
   }
   return error_response(404, "not_found", "no route (see docs/API.md)");
@@ -110,6 +130,13 @@ HttpResponse Service::dispatch(const Route& route, HttpRequest& request) {
 
 HttpResponse Service::post_frame(const std::string& stream, HttpRequest& request) {
   if (shutting_down_) return error_response(503, "shutting_down", "the server is shutting down and takes no new frames");
+  if (oip_->sequences().moved(stream)) {
+    HttpResponse r = error_response(503, "sequence_moved", "stream " + stream +
+                                                              " was handed to the server that owns it now (this one is leaving the "
+                                                              "fleet); retry: the balancer sends it there");
+    r.headers.emplace_back("Retry-After", "1");
+    return r;
+  }
   if (request.body.size() > options_.max_body_bytes) {
     return error_response(413, "body_too_large", "the body is " + std::to_string(request.body.size()) +
                                                      " bytes; this server takes at most " +
@@ -133,39 +160,47 @@ HttpResponse Service::post_frame(const std::string& stream, HttpRequest& request
   const double queued_at = now_seconds();
   metrics_.observe("parse", queued_at - t0);
 
-  auto job = std::make_shared<FrameJob>();
-  auto task = std::make_shared<Scheduler::Task>([this, job, frame, held, queued_at]() mutable {
-    HttpResponse r = run_frame(*frame, queued_at);
+  auto response = std::make_shared<HttpResponse>();
+  run_on_stream(stream, [this, response, frame, held, queued_at]() mutable {
+    *response = run_frame(*frame, queued_at);
     // Freed before the answer goes out, so the budget is free again when the client sees it.
     frame.reset();
     held.reset();
-    std::lock_guard lock(job->mu);
-    job->response = std::move(r);
-    job->done = true;
-    job->cv.notify_all();
+  });
+  return std::move(*response);
+}
+
+void Service::run_on_stream(const std::string& stream, std::function<void()> job, bool* never_ran) {
+  if (never_ran) *never_ran = false;
+  auto done = std::make_shared<Done>();
+  auto task = std::make_shared<Scheduler::Task>([done, job = std::move(job)]() mutable {
+    job();
+    job = nullptr;  // what it holds goes before the answer
+    std::lock_guard lock(done->mu);
+    done->done = true;
+    done->cv.notify_all();
   });
   if (!scheduler_.submit(stream, task)) {
-    if (shutting_down_) return error_response(503, "shutting_down", "the server is shutting down and takes no new frames");
-    HttpResponse r = error_response(
-        429, "queue_full",
-        "all " + std::to_string(options_.queue_capacity) + " queue slots are taken; retry after the Retry-After seconds");
-    r.headers.emplace_back("Retry-After", "1");
-    return r;
+    if (never_ran) *never_ran = true;
+    if (shutting_down_) throw ApiError(503, "shutting_down", "the server is shutting down and takes no new frames");
+    throw ApiError(429, "queue_full",
+                   "all " + std::to_string(options_.queue_capacity) + " queue slots are taken; retry after the Retry-After seconds", 1);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                                std::chrono::duration<double>(options_.request_timeout_seconds));
-  std::unique_lock lock(job->mu);
-  if (job->cv.wait_until(lock, deadline, [&] { return job->done; })) return std::move(job->response);
+  std::unique_lock lock(done->mu);
+  if (done->cv.wait_until(lock, deadline, [&] { return done->done; })) return;
   lock.unlock();
   ++timeouts_;
   char limit[32];
   std::snprintf(limit, sizeof limit, "%g", options_.request_timeout_seconds);
   if (task->cancel()) {
-    return error_response(504, "timeout", std::string("the frame waited ") + limit +
-                                              " s for a worker and was dropped; the stream's history is unchanged");
+    if (never_ran) *never_ran = true;
+    throw ApiError(504, "timeout", std::string("the frame waited ") + limit +
+                                       " s for a worker and was dropped; the stream's history is unchanged");
   }
-  return error_response(504, "timeout", std::string("the frame did not finish within ") + limit +
-                                            " s; it still completes and updates the stream's history");
+  throw ApiError(504, "timeout", std::string("the frame did not finish within ") + limit +
+                                     " s; it still completes and updates the stream's history");
 }
 
 HttpResponse Service::run_frame(const FrameRequest& request, double queued_at) {
@@ -232,6 +267,12 @@ HttpResponse Service::get_model() const {
                  {"max_cameras", options_.limits.max_cameras},
                  {"max_image_width", options_.limits.max_image_width},
                  {"max_image_height", options_.limits.max_image_height}};
+  j["fleet"] = {{"instance", fleet_->instance()},
+                {"fingerprint", model_.fingerprint()},
+                {"model_name", options_.oip.model_name},
+                {"handoff_via", options_.fleet.handoff_via},
+                {"max_sequence_idle_seconds", options_.oip.sequences.max_idle_seconds},
+                {"handoff_wait_seconds", options_.oip.sequences.handoff_wait_seconds}};
   if (model_.untrained()) j["warning"] = "seeded random weights: detections are meaningless";
   return json_response(j);
 }
@@ -256,6 +297,15 @@ HttpResponse Service::get_metrics() {
        static_cast<double>(t.frames_nonfinite)},
       {"bevformer_request_timeouts_total", "Frame requests answered 504.", "counter", static_cast<double>(timeouts_.load())},
       {"bevformer_shutting_down", "1 once SIGTERM was received.", "gauge", shutting_down_ ? 1.0 : 0.0},
+      {"bevformer_ready", "1 while /v2/health/ready says ready (0 draining or shutting down).", "gauge", ready() ? 1.0 : 0.0},
+      {"bevformer_sequences_live", "Open Inference Protocol sequences with history here.", "gauge",
+       static_cast<double>(oip_->sequences().live())},
+      {"bevformer_handoffs_sent_total", "Stream histories handed to another server while draining.", "counter",
+       static_cast<double>(fleet_->counters().sent)},
+      {"bevformer_handoffs_lost_total", "Stream histories a drain could not hand over (lost).", "counter",
+       static_cast<double>(fleet_->counters().lost)},
+      {"bevformer_handoffs_received_total", "Stream histories installed from a draining server.", "counter",
+       static_cast<double>(fleet_->counters().received)},
       {"bevformer_inflight_bytes", "Request bytes held now (bodies, parsed frames, their decoded pixels).", "gauge",
        static_cast<double>(memory_.in_use())},
       {"bevformer_inflight_capacity_bytes", "The bound on bevformer_inflight_bytes (--max-inflight-mb).", "gauge",
