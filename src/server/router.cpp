@@ -43,6 +43,7 @@ HttpResponse not_found(const std::string& method, const std::string& path) {
 // /v2, /v2/health/{live,ready}, /v2/models/{name}[/versions/{v}][/ready|/infer].
 Route route_v2(const std::string& method, const std::string& path, const std::vector<std::string>& seg) {
   Route r;
+  r.name = "v2";  // refusals too: answered in the protocol's error shape
   if (seg.size() == 1) {
     r.id = RouteId::kV2Server;
     r.name = "v2";
