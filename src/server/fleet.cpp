@@ -31,6 +31,8 @@ constexpr double kSettleSeconds = 0.25;
 // few hundred ms in deploy/haproxy.cfg).
 constexpr double kRoundSeconds = 0.1;
 constexpr double kCallTimeoutSeconds = 10;
+// How long a drain waits when no other server answers through the balancer at all.
+constexpr double kNoOwnerSeconds = 3;
 
 std::string random_instance() {
   std::random_device rd;
@@ -124,17 +126,17 @@ HttpResponse Fleet::handle(const Route& route, HttpRequest& request) {
   }
 }
 
-bool Fleet::out_of_rotation(const std::vector<std::string>& keys) {
+Fleet::Rotation Fleet::rotation(const std::vector<std::string>& keys) {
   bool answered = false;
   for (const std::string& key : keys) {
     const ClientAnswer a = http_call(via_, "GET", "/v1/handoff/owner", {{"X-Sequence-Id", key}}, "", kCallTimeoutSeconds);
     if (a.status != 200) continue;
     const json j = json::parse(a.body, nullptr, false);
     if (!j.is_object() || !j.contains("instance") || !j["instance"].is_string()) continue;
-    if (j["instance"] == instance_) return false;
+    if (j["instance"] == instance_) return Rotation::kHere;
     answered = true;
   }
-  return answered;
+  return answered ? Rotation::kElsewhere : Rotation::kNoAnswer;
 }
 
 Fleet::Outcome Fleet::hand_over(const std::string& id) {
@@ -200,6 +202,8 @@ void Fleet::drain() {
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(drain_timeout_seconds_));
   log_info("serve: draining: handing streams over through ", via_);
   bool outside = false;
+  bool silent = false;  // no server answered the last probes, since silent_since
+  Clock::time_point silent_since{};
   std::set<std::string> done;
   uint64_t probe = 0;
   while (Clock::now() < deadline) {
@@ -212,7 +216,20 @@ void Fleet::drain() {
       // probability 1/N while this server is in the balancer's ring).
       std::vector<std::string> keys(left.begin(), left.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(left.size(), 8)));
       while (keys.size() < 8) keys.push_back("drain-probe-" + instance_ + "-" + std::to_string(probe++));
-      if (!out_of_rotation(keys)) {
+      const Rotation r = rotation(keys);
+      if (r == Rotation::kNoAnswer) {
+        // No other server answers through the balancer (the whole fleet stops, or the balancer
+        // is gone): nobody can take the streams; past kNoOwnerSeconds they are lost.
+        if (!silent) silent_since = Clock::now();
+        silent = true;
+        if (Clock::now() - silent_since > std::chrono::duration<double>(kNoOwnerSeconds)) {
+          log_warn("serve: drain: no other server answers through ", via_, " for ", kNoOwnerSeconds, " s; giving up");
+          break;
+        }
+      } else {
+        silent = false;
+      }
+      if (r != Rotation::kElsewhere) {
         sleep_for(kRoundSeconds);
         continue;
       }

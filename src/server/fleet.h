@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "bevformer/model.h"
 #include "server/http_types.h"
@@ -47,8 +48,10 @@ class Fleet {
  private:
   enum class Outcome { kDone, kRetry, kStillRoutedHere };
   Outcome hand_over(const std::string& id);
-  // Whether the balancer sends none of `keys` here any more (every probe answered by another server).
-  bool out_of_rotation(const std::vector<std::string>& keys);
+  // Where the balancer sends `keys` now: one of them here, all elsewhere, or nowhere (no server
+  // answered any probe: the balancer is gone or has no server up).
+  enum class Rotation { kHere, kElsewhere, kNoAnswer };
+  Rotation rotation(const std::vector<std::string>& keys);
 
   Model& model_;
   Service& service_;
