@@ -15,7 +15,7 @@ PACKAGES=(
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev  # image decode, resize, drawing
   libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # serve --grpc-port (the Open Inference Protocol over gRPC)
-  haproxy python3-venv                  # deploy/haproxy.cfg, scripts/fleet.sh; the tritonclient checks' venv
+  haproxy curl python3-venv             # deploy/haproxy.cfg, scripts/fleet.sh; the tritonclient checks' venv
   python3-torch python3-numpy libopenblas0-openmp  # reference/ (PyTorch reference; OpenBLAS: netlib BLAS is ~7x slower)
 )
 

@@ -10,7 +10,8 @@ import subprocess
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MICRO = os.path.realpath(os.path.join(HERE, "..", "..", "shared", "golden", "micro"))
+MICRO = os.path.realpath(os.path.join(os.environ.get("BEV_SHARED_DIR", os.path.join(HERE, "..", "..", "shared")),
+                                      "golden", "micro"))
 T0 = 1533151603.54759
 
 
