@@ -3,6 +3,7 @@
 // (metadata, health, binary and JSON inference equal to the library, Triton's sequence rules and
 // their errors), and the fleet's history handoff (export, import, refusals, and a drain from one
 // server to another that keeps every stream's history bit for bit).
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -473,6 +474,29 @@ TEST(OipServer, SequenceRulesAndClearErrors) {
   const auto metrics = cli->Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_NE(metrics->body.find("bevformer_sequences_live 1"), std::string::npos) << metrics->body;
+}
+
+TEST(OipServer, AnAbandonedSequenceIsFreedAndItsNextFrameMustRestart) {
+  ServiceOptions so;
+  so.oip.sequences.max_idle_seconds = 0.2;
+  so.oip.sequences.handoff_wait_seconds = 0;
+  RunningServer server(so);
+  auto cli = server.client();
+  const std::vector<json> f = sequence_frames("oip-idle", 2);
+  ASSERT_EQ(post_oip(*cli, oip_binary_call(f[0], "oip-idle", true)).status, 200);
+  // The sweeper frees it (and its engine stream) once idle past the limit; waited for, not timed.
+  auto freed = [&] {
+    for (const StreamStatus& s : served_model().streams()) {
+      if (s.id == "oip-idle") return false;
+    }
+    return server.service().oip().sequences().live() == 0;
+  };
+  for (int i = 0; i < 600 && !freed(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(freed());
+  expect_oip_error(post_oip(*cli, oip_binary_call(f[1], "oip-idle", false)), 409, "sequence_unknown", "restart the sequence");
+  const OipAnswer restarted = post_oip(*cli, oip_binary_call(f[1], "oip-idle", true));
+  ASSERT_EQ(restarted.status, 200) << restarted.error;
+  EXPECT_EQ(restarted.parameters()["used_history"], false);
 }
 
 TEST(OipServer, HostileBodiesNeverHurtTheServer) {
