@@ -85,7 +85,7 @@ class Fleet:
         self.dir = tempfile.mkdtemp(prefix="fleet-")
         self.port = free_base()
         env = dict(os.environ, FLEET_DIR=self.dir, PORT=str(self.port),
-                   SERVE_ARGS="--handoff-wait-s 2 --threads 1")
+                   SERVE_ARGS="--threads 1")
         self.proc = subprocess.Popen(["bash", SCRIPT, build, str(SERVERS)], env=env, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         assert line.startswith("fleet: ready"), line
