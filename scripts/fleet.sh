@@ -4,8 +4,8 @@
 # HAProxy on SIGTERM (--handoff-via). Runs until SIGINT/SIGTERM, or for SECONDS when given; then
 # stops the servers one by one (each hands its streams to the ones left) and HAProxy.
 # Usage: scripts/fleet.sh BUILD_DIR N [SECONDS]
-# Environment: PORT (default 8080): HAProxy's port, servers on PORT+1..PORT+N and gRPC on
-# PORT+101..PORT+100+N. FLEET_DIR: where haproxy.cfg, the pid files (s1.pid, ..., haproxy.pid)
+# Environment: PORT (default 8080): HAProxy's port (its gRPC frontend on PORT+100), servers on
+# PORT+1..PORT+N and their gRPC on PORT+101..PORT+100+N. FLEET_DIR: where haproxy.cfg, the pid files (s1.pid, ..., haproxy.pid)
 # and the logs go (default: a temporary directory, removed at exit). SERVE_ARGS: more serve options.
 set -euo pipefail
 bin=$(realpath "$1")/bin/bevformer
@@ -37,11 +37,13 @@ trap stop EXIT
 trap 'exit 0' INT TERM
 
 # deploy/haproxy.cfg with this fleet's ports and servers.
-{
-  sed -e "/# BEGIN SERVERS/q" deploy/haproxy.cfg | sed -e "s/bind 127.0.0.1:8080/bind 127.0.0.1:$port/"
-  for i in $(seq 1 "$n"); do echo "  server s$i 127.0.0.1:$((port + i))"; done
-  sed -n -e "/# END SERVERS/,\$p" deploy/haproxy.cfg
-} >"$dir/haproxy.cfg"
+awk -v port="$port" -v n="$n" '
+  /# BEGIN SERVERS/ { print; for (i = 1; i <= n; i++) printf "  server s%d 127.0.0.1:%d\n", i, port + i; skip = 1; next }
+  /# BEGIN GRPC SERVERS/ { print; for (i = 1; i <= n; i++) printf "  server s%d 127.0.0.1:%d proto h2 check-proto h1 port %d\n", i, port + 100 + i, port + i; skip = 1; next }
+  /# END (GRPC )?SERVERS/ { skip = 0 }
+  skip { next }
+  { sub("bind 127.0.0.1:8080", "bind 127.0.0.1:" port); sub("bind 127.0.0.1:8180", "bind 127.0.0.1:" port + 100); print }
+' deploy/haproxy.cfg >"$dir/haproxy.cfg"
 haproxy -c -q -f "$dir/haproxy.cfg"
 
 for i in $(seq 1 "$n"); do
@@ -66,7 +68,7 @@ for i in $(seq 1 "$n"); do
 done
 sleep 1
 curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null || { echo "fleet: HAProxy does not answer; see $dir/haproxy.log" >&2; exit 1; }
-echo "fleet: ready: http://127.0.0.1:$port ($n servers, HTTP ports $((port + 1))-$((port + n)), gRPC $((port + 101))-$((port + 100 + n)); files in $dir)"
+echo "fleet: ready: http://127.0.0.1:$port, gRPC 127.0.0.1:$((port + 100)) ($n servers, HTTP ports $((port + 1))-$((port + n)), gRPC $((port + 101))-$((port + 100 + n)); files in $dir)"
 if [ -n "$seconds" ]; then
   sleep "$seconds"
 else

@@ -3,10 +3,15 @@ one here wrote), over HTTP and gRPC: server and model health, model metadata, in
 sequence with Triton's sequence parameters and binary tensor data, answers equal across the two
 protocols and to /v1, and the protocol's errors as the client raises them.
 
-Usage: VENV/bin/python tests/check_tritonclient.py BEVFORMER_BINARY
+With a BUILD_DIR as second argument it also runs through scripts/fleet.sh's HAProxy (3 servers):
+sequences over gRPC (HTTP/2 frontend, hashed on x-sequence-id) and over HTTP (X-Sequence-Id)
+keep their history, and each sequence's gRPC frames ran on the server that owns its key for HTTP.
+
+Usage: VENV/bin/python tests/check_tritonclient.py BEVFORMER_BINARY [BUILD_DIR]
 (the venv: python3 -m venv V && V/bin/pip install "tritonclient[http,grpc]" numpy; docs/DEPLOY.md)
 """
 import json
+import os
 import sys
 
 import numpy as np
@@ -14,7 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fleet_util import T0, Server, sequence, strip  # noqa: E402
 
 
@@ -31,11 +36,11 @@ def outputs_for(mod):
     return [mod.InferRequestedOutput(n, **kw) for n in ("BOXES", "SCORES", "LABELS", "DETECTIONS")]
 
 
-def run_sequence(client, mod, seq, frames, seq_id):
+def run_sequence(client, mod, seq, frames, seq_id, end=True, headers=None):
     out = []
     for k, (f, images) in enumerate(frames):
         r = client.infer("bevformer", inputs_for(mod, f, images), outputs=outputs_for(mod), sequence_id=seq_id,
-                         sequence_start=k == 0, sequence_end=k == len(frames) - 1)
+                         sequence_start=k == 0, sequence_end=end and k == len(frames) - 1, headers=headers)
         det = json.loads(r.as_numpy("DETECTIONS")[0])
         boxes, scores, labels = r.as_numpy("BOXES"), r.as_numpy("SCORES"), r.as_numpy("LABELS")
         assert boxes.dtype == np.float32 and boxes.shape == (det["num_detections"], 9), boxes.shape
@@ -94,5 +99,42 @@ def main():
         assert server.stop() == 0
 
 
+def through_fleet(build):
+    """3 servers behind HAProxy: gRPC and HTTP sequences keep their history, one owner per key."""
+    import json as js
+    import signal
+    import subprocess
+    import tempfile
+    from fleet_util import get
+    port = 18000 + os.getpid() % 1000
+    d = tempfile.mkdtemp(prefix="fleet-triton-")
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "fleet.sh")
+    proc = subprocess.Popen(["bash", script, build, "3"], env=dict(os.environ, PORT=str(port), FLEET_DIR=d),
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("fleet: ready"), line
+        g = grpcclient.InferenceServerClient(f"127.0.0.1:{port + 100}")
+        h = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
+        instances = {js.loads(get(port + i, "/v1/handoff/owner")[1])["instance"]: i for i in (1, 2, 3)}
+        owners = set()
+        for s in range(6):
+            seq = f"grpc-fleet-{s}"
+            run_sequence(g, grpcclient, seq, sequence(seq, 3, T0 + 50 * s), seq, end=False, headers={"x-sequence-id": seq})
+            owner = instances[js.loads(get(port, "/v1/handoff/owner", {"X-Sequence-Id": seq})[1])["instance"]]
+            ran_on = [i for i in (1, 2, 3) if any(x["id"] == seq for x in js.loads(get(port + i, "/v1/streams")[1])["streams"])]
+            assert ran_on == [owner], (seq, ran_on, owner)
+            owners.add(owner)
+            hseq = f"http-fleet-{s}"
+            run_sequence(h, httpclient, hseq, sequence(hseq, 3, T0 + 50 * s), hseq, headers={"X-Sequence-Id": hseq})
+        print(f"tritonclient: 6 sequences over gRPC and 6 over HTTP through HAProxy kept their history; "
+              f"each gRPC sequence ran on its key's owner ({len(owners)} of 3 servers used)")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=180)
+
+
 if __name__ == "__main__":
     main()
+    if len(sys.argv) > 2:
+        through_fleet(os.path.realpath(sys.argv[2]))
