@@ -67,10 +67,12 @@ def reference(binary):
 
 
 def free_base():
+    """A base port whose fleet ports (HAProxy's two, the servers' HTTP and gRPC) are free now,
+    below the kernel's ephemeral range (so no client connection takes one meanwhile)."""
     while True:
-        base = 20000 + (os.getpid() * 7 + int(time.time() * 1000)) % 30000
+        base = 12000 + (os.getpid() * 7 + int(time.time() * 1000)) % 18000
         ok = True
-        for p in [base + i for i in range(SERVERS + 1)] + [base + 100 + i for i in range(1, SERVERS + 1)]:
+        for p in [base + i for i in range(SERVERS + 1)] + [base + 100 + i for i in range(SERVERS + 1)]:
             with socket.socket() as s:
                 try:
                     s.bind(("127.0.0.1", p))
