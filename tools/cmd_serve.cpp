@@ -1,11 +1,8 @@
 // bevformer serve [--weights W] [--config C] [--host H] [--port P] [--workers N] [--queue N]
 // [--timeout S] [--max-body-mb N] [--max-inflight-mb N] [--max-cameras N] [--http-threads N]
 // [--max-connections N] [--read-timeout S] [--threads N] [--precision f32|bf16] [--max-streams N]
-// [--stream-ttl S] [--pipeline] [--model-name N] [--grpc-port P] [--max-sequence-idle-s S]
-// [--handoff-via URL] [--handoff-wait-s S] [--drain-timeout-s S]: the HTTP API of docs/API.md,
-// the Open Inference Protocol over HTTP and gRPC, and fleet serving (docs/DEPLOY.md). SIGTERM or
-// SIGINT stops it gracefully: new frames get 503, accepted ones finish, then it exits 0; with
-// --handoff-via it first drains (not ready, streams handed over through the balancer).
+// [--stream-ttl S] [--pipeline]: the HTTP API of docs/API.md. SIGTERM or SIGINT stops it
+// gracefully: new frames get 503, accepted ones finish, then it exits 0.
 #include <pthread.h>
 #include <signal.h>
 
@@ -33,6 +30,16 @@ namespace {
 
 struct ServeArgs {
   std::string weights;
+  // Fleet serving (docs/DEPLOY.md): [--model-name N] [--grpc-port P] [--max-sequence-idle-s S]
+  // [--handoff-via URL] [--handoff-wait-s S] [--drain-timeout-s S]: the Open Inference Protocol
+  // over HTTP and gRPC; with --handoff-via, SIGTERM first drains (not ready, each stream's
+  // history handed over through the balancer), then stops as below.
+  std::string model_name = "bevformer";
+  int grpc_port = -1;
+  double max_sequence_idle = 60;
+  std::string handoff_via;
+  double handoff_wait = 5;
+  double drain_timeout = 60;
   std::string config = "tiny";
   std::string host = "127.0.0.1";
   int port = 8080;
@@ -51,12 +58,6 @@ struct ServeArgs {
   size_t max_streams = 64;
   double stream_ttl = 600;
   bool pipeline = false;
-  std::string model_name = "bevformer";
-  int grpc_port = -1;
-  double max_sequence_idle = 60;
-  std::string handoff_via;
-  double handoff_wait = 5;
-  double drain_timeout = 60;
 };
 
 int run(const ServeArgs& a) {

@@ -45,14 +45,13 @@ HttpResponse busy(const std::string& message) {
 
 std::string mib(size_t bytes) { return std::to_string((bytes + (1u << 20) - 1) >> 20) + " MiB"; }
 
-// What a request's handler thread and the worker running its job share.
-struct Done {
+// What a frame's handler thread and the worker running it share.
+struct FrameJob {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
+  HttpResponse response;
 };
-
-bool is_v2(const Route& route) { return route.name.rfind("v2", 0) == 0; }
 
 }  // namespace
 
@@ -81,7 +80,8 @@ HttpResponse Service::handle(HttpRequest request) {
   HttpResponse r;
   try {
     if (route.refusal) {
-      r = is_v2(route) ? oip_error_from_v1(*route.refusal) : *route.refusal;
+      // /v2 refusals in the Open Inference Protocol's error shape (server/oip.h).
+      r = route.name.rfind("v2", 0) == 0 ? oip_error_from_v1(*route.refusal) : *route.refusal;
     } else {
       r = dispatch(route, request);
     }
@@ -160,47 +160,39 @@ HttpResponse Service::post_frame(const std::string& stream, HttpRequest& request
   const double queued_at = now_seconds();
   metrics_.observe("parse", queued_at - t0);
 
-  auto response = std::make_shared<HttpResponse>();
-  run_on_stream(stream, [this, response, frame, held, queued_at]() mutable {
-    *response = run_frame(*frame, queued_at);
+  auto job = std::make_shared<FrameJob>();
+  auto task = std::make_shared<Scheduler::Task>([this, job, frame, held, queued_at]() mutable {
+    HttpResponse r = run_frame(*frame, queued_at);
     // Freed before the answer goes out, so the budget is free again when the client sees it.
     frame.reset();
     held.reset();
-  });
-  return std::move(*response);
-}
-
-void Service::run_on_stream(const std::string& stream, std::function<void()> job, bool* never_ran) {
-  if (never_ran) *never_ran = false;
-  auto done = std::make_shared<Done>();
-  auto task = std::make_shared<Scheduler::Task>([done, job = std::move(job)]() mutable {
-    job();
-    job = nullptr;  // what it holds goes before the answer
-    std::lock_guard lock(done->mu);
-    done->done = true;
-    done->cv.notify_all();
+    std::lock_guard lock(job->mu);
+    job->response = std::move(r);
+    job->done = true;
+    job->cv.notify_all();
   });
   if (!scheduler_.submit(stream, task)) {
-    if (never_ran) *never_ran = true;
-    if (shutting_down_) throw ApiError(503, "shutting_down", "the server is shutting down and takes no new frames");
-    throw ApiError(429, "queue_full",
-                   "all " + std::to_string(options_.queue_capacity) + " queue slots are taken; retry after the Retry-After seconds", 1);
+    if (shutting_down_) return error_response(503, "shutting_down", "the server is shutting down and takes no new frames");
+    HttpResponse r = error_response(
+        429, "queue_full",
+        "all " + std::to_string(options_.queue_capacity) + " queue slots are taken; retry after the Retry-After seconds");
+    r.headers.emplace_back("Retry-After", "1");
+    return r;
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                                std::chrono::duration<double>(options_.request_timeout_seconds));
-  std::unique_lock lock(done->mu);
-  if (done->cv.wait_until(lock, deadline, [&] { return done->done; })) return;
+  std::unique_lock lock(job->mu);
+  if (job->cv.wait_until(lock, deadline, [&] { return job->done; })) return std::move(job->response);
   lock.unlock();
   ++timeouts_;
   char limit[32];
   std::snprintf(limit, sizeof limit, "%g", options_.request_timeout_seconds);
   if (task->cancel()) {
-    if (never_ran) *never_ran = true;
-    throw ApiError(504, "timeout", std::string("the frame waited ") + limit +
-                                       " s for a worker and was dropped; the stream's history is unchanged");
+    return error_response(504, "timeout", std::string("the frame waited ") + limit +
+                                              " s for a worker and was dropped; the stream's history is unchanged");
   }
-  throw ApiError(504, "timeout", std::string("the frame did not finish within ") + limit +
-                                     " s; it still completes and updates the stream's history");
+  return error_response(504, "timeout", std::string("the frame did not finish within ") + limit +
+                                            " s; it still completes and updates the stream's history");
 }
 
 HttpResponse Service::run_frame(const FrameRequest& request, double queued_at) {
