@@ -1,12 +1,16 @@
 // A closed-loop load client for `bevformer serve` (docs/API.md): N streams, one connection each,
 // each sending its frames back to back (a stream's frames must be sequential anyway) for a fixed
 // time; prints throughput and latency percentiles. Frames are frame JSON files whose images are
-// sent inline (base64) or as multipart parts; each stream gets its own id and clock.
+// sent inline (base64) or as multipart parts, or — with --oip — as Open Inference Protocol
+// requests (docs/DEPLOY.md: FRAME and IMAGES in the binary tensor data extension, each stream a
+// sequence with X-Sequence-Id, so a balancer that hashes it keeps each on one server); each
+// stream gets its own id and clock.
 //
-//   load_client --port 8080 --streams 4 --seconds 20 [--multipart] FRAME.json...
+//   load_client --port 8080 --streams 4 --seconds 20 [--multipart | --oip [--model NAME]] FRAME.json...
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -73,6 +77,39 @@ std::pair<std::string, std::string> body_of(const Frame& f, const std::string& s
   return {body, "multipart/form-data; boundary=" + boundary};
 }
 
+// Frame `f` of sequence `stream` at `t` as an Open Inference Protocol infer request: the body and
+// its Inference-Header-Content-Length.
+std::uint32_t le32(size_t n) { return static_cast<std::uint32_t>(n); }  // x86-64, aarch64: little-endian
+
+std::string element(const std::string& b) {
+  const std::uint32_t n = le32(b.size());
+  return std::string(reinterpret_cast<const char*>(&n), 4) + b;
+}
+
+std::pair<std::string, std::string> oip_body_of(const Frame& f, const std::string& stream, double t, bool start) {
+  json doc = f.doc;
+  doc["stream"] = stream;
+  doc["timestamp"] = t;
+  doc.erase("token");
+  std::string images;
+  for (json& c : doc["cameras"]) {
+    images += element(f.images.at(c["image"].get<std::string>()));
+    c["image"] = c["name"];
+  }
+  const std::string frame = element(doc.dump());
+  const json head = {
+      {"parameters", {{"sequence_id", stream}, {"sequence_start", start}, {"binary_data_output", true}}},
+      {"inputs",
+       {{{"name", "FRAME"}, {"datatype", "BYTES"}, {"shape", {1}}, {"parameters", {{"binary_data_size", frame.size()}}}},
+        {{"name", "IMAGES"},
+         {"datatype", "BYTES"},
+         {"shape", {doc["cameras"].size()}},
+         {"parameters", {{"binary_data_size", images.size()}}}}}},
+      {"outputs", {{{"name", "BOXES"}}, {{"name", "SCORES"}}, {{"name", "LABELS"}}}}};
+  const std::string h = head.dump();
+  return {h + frame + images, std::to_string(h.size())};
+}
+
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -87,7 +124,8 @@ int main(int argc, char** argv) {
   std::string host = "127.0.0.1";
   int port = 8080, streams = 1;
   double seconds = 10, warmup = 2;
-  bool multipart = false;
+  bool multipart = false, oip = false;
+  std::string model = "bevformer";
   std::vector<std::string> files;
   app.add_option("--host", host)->capture_default_str();
   app.add_option("--port", port)->required();
@@ -95,6 +133,8 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", seconds, "Measured time")->capture_default_str();
   app.add_option("--warmup", warmup, "Seconds before measuring (first frames record the plans; queues fill)")->capture_default_str();
   app.add_flag("--multipart", multipart, "Send images as multipart parts (default: base64 JSON)");
+  app.add_flag("--oip", oip, "Open Inference Protocol requests (POST /v2/models/NAME/infer, binary tensor data)")->excludes("--multipart");
+  app.add_option("--model", model, "The model's name for --oip")->capture_default_str();
   app.add_option("frames", files, "Frame JSON files, sent in turn")->required();
   CLI11_PARSE(app, argc, argv);
 
@@ -117,9 +157,18 @@ int main(int argc, char** argv) {
       cli.set_write_timeout(300, 0);
       const std::string stream = "load-" + std::to_string(run_id) + "-" + std::to_string(s);
       for (int k = 0; clock::now() < end; ++k) {
-        const auto [body, type] = body_of(frames[static_cast<size_t>(k) % frames.size()], stream, 1000.0 + 0.5 * k, multipart);
+        const Frame& frame = frames[static_cast<size_t>(k) % frames.size()];
+        const double t = 1000.0 + 0.5 * k;
         const auto t0 = clock::now();
-        const auto r = cli.Post("/v1/streams/" + stream + "/frames", body, type);
+        const httplib::Result r = [&] {
+          if (oip) {
+            const auto [body, header_length] = oip_body_of(frame, stream, t, k == 0);
+            const httplib::Headers headers = {{"Inference-Header-Content-Length", header_length}, {"X-Sequence-Id", stream}};
+            return cli.Post("/v2/models/" + model + "/infer", headers, body, "application/octet-stream");
+          }
+          const auto [body, type] = body_of(frame, stream, t, multipart);
+          return cli.Post("/v1/streams/" + stream + "/frames", body, type);
+        }();
         const auto t1 = clock::now();
         std::lock_guard lock(mu);
         // Counted: answers that arrive inside the measured window (as wrk counts), so the
@@ -131,7 +180,7 @@ int main(int argc, char** argv) {
     });
   }
   for (std::thread& t : threads) t.join();
-  std::printf("streams %d  seconds %.1f  %s\n", streams, seconds, multipart ? "multipart" : "json+base64");
+  std::printf("streams %d  seconds %.1f  %s\n", streams, seconds, oip ? "oip+binary" : multipart ? "multipart" : "json+base64");
   for (const auto& [status, n] : statuses) std::printf("  status %d: %d\n", status, n);
   std::printf("  throughput %.2f frames/s  p50 %.1f ms  p99 %.1f ms  (%zu frames)\n",
               static_cast<double>(latencies.size()) / seconds, 1e3 * percentile(latencies, 0.5),

@@ -46,8 +46,51 @@ body=$(tail -c +18 "$work/seeds/fuzz_server_request/json")
 } >"$work/seeds/fuzz_http_connection/pipelined"
 printf '\x81GET / HTTP/1.0\r\n\r\nPOST /v1/streams/s/frames HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n{' \
   >"$work/seeds/fuzz_http_connection/short"
+# fuzz_oip_request: the Inference-Header-Content-Length value ("-": none), a newline, the body: a
+# JSON request with the frame seed inline, and one with FRAME and IMAGES in the binary section.
+mkdir -p "$work/seeds/fuzz_oip_request"
+python3 - "$work/seeds" "$body" "$png" <<'PY'
+import base64, json, struct, sys
+seeds, frame, png = sys.argv[1], sys.argv[2], base64.b64decode(sys.argv[3])
+el = lambda b: struct.pack("<I", len(b)) + b
+params = {"sequence_id": 7, "sequence_start": True, "binary_data_output": True}
+j = {"id": "a", "parameters": params, "inputs": [{"name": "FRAME", "datatype": "BYTES", "shape": [1], "data": [frame]}],
+     "outputs": [{"name": "BOXES", "parameters": {"binary_data": True}}]}
+open(f"{seeds}/fuzz_oip_request/json", "wb").write(b"-\n" + json.dumps(j).encode())
+fb, ib = el(frame.encode()), el(png)
+h = json.dumps({"parameters": params, "inputs": [
+    {"name": "FRAME", "datatype": "BYTES", "shape": [1], "parameters": {"binary_data_size": len(fb)}},
+    {"name": "IMAGES", "datatype": "BYTES", "shape": [1], "parameters": {"binary_data_size": len(ib)}}]}).encode()
+open(f"{seeds}/fuzz_oip_request/binary", "wb").write(str(len(h)).encode() + b"\n" + h + fb + ib)
+# fuzz_grpc_infer: the same request as ModelInferRequest wire bytes (written by hand: no protobuf here).
+def varint(n):
+    out = b""
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out += bytes([b | (0x80 if n else 0)])
+        if not n:
+            return out
+fld = lambda num, b: varint(num << 3 | 2) + varint(len(b)) + b
+def param(k, v):  # map<string, InferParameter> entry
+    p = varint(1 << 3 | 0) + varint(int(v)) if isinstance(v, bool) else fld(3, v.encode())
+    return fld(4, fld(1, k.encode()) + fld(2, p))
+def tensor(name, n):
+    return fld(5, fld(1, name.encode()) + fld(2, b"BYTES") + fld(3, varint(n)))
+m = fld(1, b"bevformer") + param("sequence_id", "car-1") + param("sequence_start", True) + tensor("FRAME", 1) + \
+    tensor("IMAGES", 1) + fld(7, fb) + fld(7, ib)
+import os
+os.makedirs(f"{seeds}/fuzz_grpc_infer", exist_ok=True)
+open(f"{seeds}/fuzz_grpc_infer/request", "wb").write(m)
+PY
+# fuzz_stream_handoff: a header that reaches the checksum (the fuzzer varies lengths and flags).
+mkdir -p "$work/seeds/fuzz_stream_handoff"
+printf 'BEVHIST1\x01\x00\x00\x00\x07\x00\x00\x00' >"$work/seeds/fuzz_stream_handoff/header"
+head -c 120 /dev/zero >>"$work/seeds/fuzz_stream_handoff/header"
+targets=(fuzz_pth fuzz_safetensors fuzz_pickle fuzz_frame_json fuzz_server_request fuzz_eval_results fuzz_http_connection
+  fuzz_oip_request fuzz_stream_handoff)
+[ -x "$dir/bin/fuzz_grpc_infer" ] && targets+=(fuzz_grpc_infer)  # built with BEV_GRPC
 fail=0
-for target in fuzz_pth fuzz_safetensors fuzz_pickle fuzz_frame_json fuzz_server_request fuzz_eval_results fuzz_http_connection; do
+for target in "${targets[@]}"; do
   mkdir -p "$work/$target"
   cp "$work/seeds/$target"/* "$work/$target/"
   if "$dir/bin/$target" "$work/$target" -max_total_time="$seconds" -max_len=65536 -timeout=10 \

@@ -14,6 +14,8 @@ PACKAGES=(
   libdnnl-dev ocl-icd-opencl-dev        # oneDNN 2.6 (its CMake config needs the OpenCL headers)
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev  # image decode, resize, drawing
   libgtest-dev libgmock-dev libbenchmark-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # serve --grpc-port (the Open Inference Protocol over gRPC)
+  haproxy curl python3-venv             # deploy/haproxy.cfg, scripts/fleet.sh; the tritonclient checks' venv
   python3-torch python3-numpy libopenblas0-openmp  # reference/ (PyTorch reference; OpenBLAS: netlib BLAS is ~7x slower)
   python3-dev pybind11-dev python3-pybind11 python3-pytest python3-distributed python3-venv  # the Python package (docs/PYTHON.md)
 )

@@ -250,6 +250,11 @@ TEST(ServerScheduler, BatchesTakeTheOldestFramesOfDistinctStreams) {
   ASSERT_TRUE(s.submit("a", task(1)));
   ASSERT_TRUE(s.submit("a", task(2)));  // behind a's first: never in its batch
   ASSERT_TRUE(s.submit("b", task(3)));
+  // A job without a payload (not a frame) never joins a batch: it runs alone on its turn.
+  ASSERT_TRUE(s.submit("n", std::make_shared<Scheduler::Task>([&] {
+    std::lock_guard lock(mu);
+    alone.push_back(7);
+  })));
   ASSERT_TRUE(s.submit("c", task(4)));
   ASSERT_TRUE(s.submit("d", task(5)));
   gate.set_value();
@@ -263,9 +268,9 @@ TEST(ServerScheduler, BatchesTakeTheOldestFramesOfDistinctStreams) {
   ASSERT_TRUE(s.submit("z", task(6)));  // alone: runs by itself once its delay is over
   s.stop();
   ASSERT_EQ(batches.size(), 2u);
-  EXPECT_EQ(batches[0], (std::vector<int>{1, 3, 4}));  // a, b, c: the oldest three streams
+  EXPECT_EQ(batches[0], (std::vector<int>{1, 3, 4}));  // a, b, c: the oldest three frames' streams
   EXPECT_EQ(batches[1], (std::vector<int>{5, 2}));     // d, then a's second frame
-  EXPECT_EQ(alone, (std::vector<int>{6}));
+  EXPECT_EQ(alone, (std::vector<int>{7, 6}));
   EXPECT_EQ(s.batches(), 2u);
   EXPECT_EQ(s.batched_tasks(), 5u);
 }

@@ -17,14 +17,29 @@
 #include "bevformer/model.h"
 #include "commands.h"
 #include "core/log.h"
+#include "server/fleet.h"
+#include "server/http_client.h"
 #include "server/http_server.h"
 #include "server/service.h"
+#ifdef BEV_HAVE_GRPC
+#include "server/grpc_server.h"
+#endif
 
 namespace bev::cli {
 namespace {
 
 struct ServeArgs {
   std::string weights;
+  // Fleet serving (docs/DEPLOY.md): [--model-name N] [--grpc-port P] [--max-sequence-idle-s S]
+  // [--handoff-via URL] [--handoff-wait-s S] [--drain-timeout-s S]: the Open Inference Protocol
+  // over HTTP and gRPC; with --handoff-via, SIGTERM first drains (not ready, each stream's
+  // history handed over through the balancer), then stops as below.
+  std::string model_name = "bevformer";
+  int grpc_port = -1;
+  double max_sequence_idle = 60;
+  std::string handoff_via;
+  double handoff_wait = 5;
+  double drain_timeout = 60;
   std::string config = "tiny";
   std::string host = "127.0.0.1";
   int port = 8080;
@@ -71,6 +86,24 @@ int run(const ServeArgs& a) {
                                               std::to_string(a.max_body_mb))
         .expected("--max-inflight-mb >= 3 x --max-body-mb");
   }
+  if (a.stream_ttl < a.max_sequence_idle) {
+    // The engine would drop a sequence's history before the server frees the sequence: its next
+    // frame would be refused although the client kept to the idle limit.
+    throw bev::Error(bev::ErrorKind::kInvalidInput, "--stream-ttl " + std::to_string(a.stream_ttl) + " is below --max-sequence-idle-s " +
+                                              std::to_string(a.max_sequence_idle))
+        .expected("--stream-ttl >= --max-sequence-idle-s");
+  }
+  if (!a.handoff_via.empty()) {
+    std::string host, port, error;
+    if (!server::parse_base_url(a.handoff_via, &host, &port, &error)) {
+      throw bev::Error(bev::ErrorKind::kInvalidInput, "--handoff-via " + error).expected("http://HOST:PORT of the balancer");
+    }
+  }
+#ifndef BEV_HAVE_GRPC
+  if (a.grpc_port >= 0) {
+    throw bev::Error(bev::ErrorKind::kUnsupported, "--grpc-port: this binary was built without gRPC (-DBEV_GRPC=OFF)");
+  }
+#endif
   if (a.weights.empty()) {
     log_warn("serve: no --weights: seeded random weights (seed ", knobs.seed, "), UNTRAINED: detections are meaningless");
   }
@@ -85,6 +118,12 @@ int run(const ServeArgs& a) {
   so.max_body_bytes = a.max_body_mb << 20;
   so.max_inflight_bytes = a.max_inflight_mb << 20;
   so.limits.max_cameras = a.max_cameras;
+  so.oip.model_name = a.model_name;
+  so.oip.sequences.max_idle_seconds = a.max_sequence_idle;
+  so.oip.sequences.handoff_wait_seconds = a.handoff_wait;
+  so.oip.sequences.max_sequences = a.max_streams;
+  so.fleet.handoff_via = a.handoff_via;
+  so.fleet.drain_timeout_seconds = a.drain_timeout;
   so.model_info = {{"config", a.config},
                    {"weights", a.weights.empty() ? "random (seed " + std::to_string(knobs.seed) + ")" : a.weights},
                    {"backend", model->device_info().backend},
@@ -119,19 +158,39 @@ int run(const ServeArgs& a) {
   const int port = http.bind();
   // Scripts and tests read the port from this line (--port 0 picks a free one).
   std::printf("listening on http://%s:%d\n", a.host.c_str(), port);
+#ifdef BEV_HAVE_GRPC
+  std::unique_ptr<server::GrpcServer> grpc;
+  if (a.grpc_port >= 0) {
+    grpc = std::make_unique<server::GrpcServer>(
+        service, server::GrpcOptions{a.host, a.grpc_port, so.max_body_bytes, static_cast<int>(a.http_threads)});
+    std::printf("grpc listening on %s:%d\n", a.host.c_str(), grpc->start());
+  }
+#endif
   std::fflush(stdout);
 
   std::thread signals([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
     if (sig == SIGUSR2) return;  // our own wake-up after run() ended for another reason
-    log_info("serve: ", sig == SIGTERM ? "SIGTERM" : "SIGINT", ": finishing accepted frames, refusing new ones");
+    if (!a.handoff_via.empty()) {
+      // Out of the balancer first, still serving; then each stream's history to its next owner.
+      log_info("serve: ", sig == SIGTERM ? "SIGTERM" : "SIGINT", ": draining (not ready; handing streams over)");
+      service.begin_drain();
+      service.fleet().drain();
+    }
+    log_info("serve: finishing accepted frames, refusing new ones");
     http.shutdown();
+#ifdef BEV_HAVE_GRPC
+    if (grpc) grpc->shutdown();
+#endif
   });
   http.run();
   // run() also ends when the listening socket fails; wake the signal thread then.
   pthread_kill(signals.native_handle(), SIGUSR2);
   signals.join();
+#ifdef BEV_HAVE_GRPC
+  if (grpc) grpc->shutdown();
+#endif
   service.finish();
   log_info("serve: stopped");
   return 0;
@@ -177,6 +236,25 @@ Runner add_serve(CLI::App& app) {
   add_backend_option(sub, a->backend);
   sub->add_option("--max-streams", a->max_streams, "Streams kept; past it the least recently used is evicted")->capture_default_str();
   sub->add_option("--stream-ttl", a->stream_ttl, "Seconds an idle stream is kept")->capture_default_str();
+  sub->add_option("--model-name", a->model_name, "The model's name in the Open Inference Protocol (/v2/models/{name})")
+      ->capture_default_str();
+  sub->add_option("--grpc-port", a->grpc_port, "Serve the Open Inference Protocol over gRPC on this port too (0: any free port; -1: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 65535));
+  sub->add_option("--max-sequence-idle-s", a->max_sequence_idle,
+                  "Seconds without a frame after which a sequence's history is freed (its next frame must restart it)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--handoff-via", a->handoff_via,
+                  "http://HOST:PORT of the balancer: on SIGTERM, drain and hand each stream's history over through it")
+      ->capture_default_str();
+  sub->add_option("--handoff-wait-s", a->handoff_wait,
+                  "Seconds a frame of an unknown sequence waits for its history to be handed over before it is refused")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 600.0));
+  sub->add_option("--drain-timeout-s", a->drain_timeout, "Seconds a drain may take; streams not handed over by then are lost")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   sub->add_flag("--pipeline", a->pipeline,
                 "Two frames in flight: one frame's image stage runs while another's bev stage runs (needs --workers >= 2)");
   return [a]() { return run(*a); };

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "bevformer/error.h"
@@ -164,6 +165,20 @@ class Model {
   std::vector<StreamStatus> streams() const;
   bool drop_stream(const std::string& id);
   StreamTotals stream_totals() const;
+
+  // History handoff between the servers of a fleet (docs/DEPLOY.md; src/api/handoff_api.cpp).
+  // The model's identity, hashed at load: its config, every weight's bytes, backend and precision.
+  const std::string& fingerprint() const;
+  // Stream `id`'s history as self-checking bytes (the previous BEV as the backend holds it, the
+  // CAN-bus state, frames, last timestamp, scene, this fingerprint), taken between two of its
+  // frames; nullopt when there is no such stream or it holds no history yet.
+  std::optional<std::string> export_stream(const std::string& id);
+  // Installs export_stream's bytes as a stream of this model: the next frame of that stream uses
+  // the handed-over BEV bit for bit. Returns the stream's id and whether it was installed (false:
+  // the stream already ran frames here, and its newer history is kept). Error(kInvalidInput):
+  // corrupt or truncated bytes, a BEV of another shape; Error(kUnsupported): another format
+  // version or another model fingerprint.
+  std::pair<std::string, bool> import_stream(std::string_view bytes);
 
   bool untrained() const;
   DeviceInfo device_info() const;

@@ -21,6 +21,7 @@
 #include "render/render.h"
 #include "api/model_impl.h"
 #include "runtime/engine.h"
+#include "runtime/stream_handoff.h"
 
 namespace bev {
 
@@ -136,6 +137,7 @@ std::unique_ptr<Model> Model::load(const std::string& config, const std::string&
   s.engine = Engine::create(cfg, ck, options);
   s.max_batch = knobs.max_batch;
   for (const auto& [name, t] : ck.tensors()) s.weight_bytes += t.nbytes();
+  s.fingerprint = model_fingerprint(cfg, ck, knobs.backend, knobs.precision);  // fleet history handoff
   log_info("model: ", cfg.name, " ready in ", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
            " s on ", s.engine->backend_info().summary());
   return m;

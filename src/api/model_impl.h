@@ -13,6 +13,7 @@ namespace bev {
 
 struct Model::Impl {
   bool untrained = false;
+  std::string fingerprint;       // config + weights + backend + precision (runtime/stream_handoff.h)
   std::string weights_name;
   std::unique_ptr<Engine> engine;
   uint64_t weight_bytes = 0;  // the checkpoint's tensors

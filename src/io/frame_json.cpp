@@ -364,6 +364,8 @@ std::string char_text(char c) {
 
 }  // namespace
 
+nlohmann::json parse_json_strict(std::string_view text, const std::string& where) { return parse_strict(text, where); }
+
 static Frame frame_from(const json& j, const std::string& where, bool consume) {
   if (!j.is_object()) fail(where, "", "the frame is " + describe(j), "a JSON object (docs/FORMATS.md, Frames)");
   check_fields(j, where, "", {"stream", "timestamp", "scene", "token", "T_world_from_ego", "T_ego_from_lidar", "can_bus", "cameras"});

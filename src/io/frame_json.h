@@ -57,6 +57,11 @@ void write_frame_json(const std::string& path, const Frame& spec);
 std::string base64_encode(std::span<const uint8_t> bytes);
 std::vector<uint8_t> base64_decode(std::string_view text, const std::string& where);
 
+// Any JSON document with the frame parser's strictness: duplicate keys and nesting deeper than 16
+// refused, errors naming `where`, the field path and the byte (the server's Open Inference
+// Protocol requests).
+nlohmann::json parse_json_strict(std::string_view text, const std::string& where);
+
 // A row-major matrix from nested JSON lists of finite numbers; errors name "where: path[r][c]".
 Mat3 mat3_from_json(const nlohmann::json& v, const std::string& where, const std::string& path);
 Mat4 mat4_from_json(const nlohmann::json& v, const std::string& where, const std::string& path);

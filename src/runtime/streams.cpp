@@ -70,6 +70,16 @@ StreamHistory& StreamRegistry::Lease::history() { return entry_->history; }
 
 uint64_t StreamRegistry::Lease::frames() const { return entry_->frames; }
 
+bool StreamRegistry::Lease::has_timestamp() const { return entry_->has_timestamp; }
+
+double StreamRegistry::Lease::last_timestamp() const { return entry_->last_timestamp; }
+
+void StreamRegistry::Lease::restore(uint64_t frames, bool has_timestamp, double last_timestamp) {
+  entry_->frames = frames;
+  entry_->has_timestamp = has_timestamp;
+  entry_->last_timestamp = last_timestamp;
+}
+
 std::string StreamRegistry::Lease::begin_frame(double timestamp, const std::string& scene_token) {
   Entry& e = *entry_;
   if (!e.has_timestamp || !e.history.state.has_prev_bev) return {};
@@ -160,6 +170,21 @@ StreamRegistry::Lease StreamRegistry::acquire(const std::string& id) {
       entry = it->second;
       evict_locked(now, id);
     }
+    ++entry->leases;
+    entry->last_used = now;
+  }
+  return Lease(this, std::move(entry));  // waits for the stream's running frame, if any
+}
+
+std::optional<StreamRegistry::Lease> StreamRegistry::find(const std::string& id) {
+  std::shared_ptr<Entry> entry;
+  {
+    const std::lock_guard<std::mutex> g(mu_);
+    const double now = clock_();
+    expire_locked(now, {});
+    auto it = streams_.find(id);
+    if (it == streams_.end()) return std::nullopt;
+    entry = it->second;
     ++entry->leases;
     entry->last_used = now;
   }

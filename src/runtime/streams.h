@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -64,6 +65,12 @@ class StreamRegistry {
     void end_frame(double timestamp);
     // Frames this stream completed before the current one.
     uint64_t frames() const;
+    // Whether a frame completed, and the last one's timestamp (a history handoff carries both).
+    bool has_timestamp() const;
+    double last_timestamp() const;
+    // Installs a handed-over stream's bookkeeping (runtime/stream_handoff.h): the frames it
+    // completed and its last frame's timestamp, as the exporting engine had them.
+    void restore(uint64_t frames, bool has_timestamp, double last_timestamp);
 
    private:
     friend class StreamRegistry;
@@ -76,6 +83,9 @@ class StreamRegistry {
   // Creates the stream on first use (evicting as the limits say). Blocks while another thread
   // runs a frame of the same stream. Throws Error(kUnsupported) when every slot is busy.
   Lease acquire(const std::string& id);
+  // The lease of a stream that exists (blocks while its frame runs), never creating one; nullopt
+  // when there is no such stream (or it is past its TTL). A history export takes it.
+  std::optional<Lease> find(const std::string& id);
   // Forgets a stream's history; false when there is no such stream.
   bool drop(const std::string& id);
   std::vector<StreamInfo> list() const;

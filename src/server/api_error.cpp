@@ -35,7 +35,10 @@ HttpResponse error_response(const ApiError& e) {
 
 std::string error_kind_of(const HttpResponse& r) {
   const nlohmann::json body = nlohmann::json::parse(r.body, nullptr, false);
-  if (!body.is_object() || !body.contains("error") || !body["error"].is_object()) return "";
+  if (!body.is_object() || !body.contains("error")) return "";
+  // The Open Inference Protocol's shape: {"error": message, "kind": kind} (server/oip.h).
+  if (body["error"].is_string() && body.contains("kind") && body["kind"].is_string()) return body["kind"];
+  if (!body["error"].is_object()) return "";
   return body["error"].value("kind", "");
 }
 

@@ -145,4 +145,23 @@ FrameRequest parse_frame_request(std::string_view stream, std::string_view conte
   return req;
 }
 
+FrameRequest check_frame_images(Frame frame, const RequestLimits& limits) {
+  if (frame.cameras.size() > limits.max_cameras) {
+    throw ApiError(413, "too_many_cameras", "the frame has " + std::to_string(frame.cameras.size()) +
+                                                " cameras; this server takes at most " + std::to_string(limits.max_cameras));
+  }
+  FrameRequest req;
+  for (size_t i = 0; i < frame.cameras.size(); ++i) {
+    const Camera& cam = frame.cameras[i];
+    const std::string place = "cameras[" + std::to_string(i) + "].image";
+    if (cam.image_bytes.empty()) {
+      throw ApiError(400, "missing_image", place + " has no image bytes (a file path is never read by a server)");
+    }
+    const std::string_view view(reinterpret_cast<const char*>(cam.image_bytes.bytes.data()), cam.image_bytes.size());
+    req.decoded_bytes += decoded_size(check_image(view, place, limits));
+  }
+  req.frame = std::move(frame);
+  return req;
+}
+
 }  // namespace bev::server

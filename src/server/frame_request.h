@@ -45,4 +45,9 @@ bool valid_stream_id(std::string_view id);
 FrameRequest parse_frame_request(std::string_view stream, std::string_view content_type, std::string body,
                                  const RequestLimits& limits);
 
+// The same checks on a frame whose cameras already carry their image bytes (the Open Inference
+// Protocol's FRAME and IMAGES): the camera count, and every image's structure, size and data.
+// held_bytes is left 0 (the caller knows what keeps the bytes alive). Throws ApiError.
+FrameRequest check_frame_images(Frame frame, const RequestLimits& limits);
+
 }  // namespace bev::server

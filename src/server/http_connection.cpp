@@ -159,6 +159,7 @@ HttpRequest HttpConnection::take_request() {
   r.path = std::move(path_);
   r.content_type = text(req[http::field::content_type]);
   r.body = std::move(req.body());
+  for (const auto& field : req) r.headers.emplace_back(text(field.name_string()), text(field.value()));
   r.lease = std::move(lease_);
   lease_ = MemoryLease(budget_);
   parser_.reset();

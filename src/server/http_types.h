@@ -3,7 +3,9 @@
 // and error mapping (service.h) run — and are tested and fuzzed — without sockets.
 #pragma once
 
+#include <cctype>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -17,6 +19,22 @@ struct HttpRequest {
   std::string content_type;  // the Content-Type header as sent ("" when absent)
   std::string body;
   MemoryLease lease;         // holds body.size() from the in-flight budget (the service may grow it)
+  // Every header field as sent, in order (the Open Inference Protocol's
+  // Inference-Header-Content-Length, the fleet's X-Handoff-From).
+  std::vector<std::pair<std::string, std::string>> headers;
+
+  // The first field named `name` (ASCII case-insensitive), or nullptr.
+  const std::string* header(std::string_view name) const {
+    for (const auto& [k, v] : headers) {
+      if (k.size() != name.size()) continue;
+      bool same = true;
+      for (size_t i = 0; i < k.size() && same; ++i) {
+        same = std::tolower(static_cast<unsigned char>(k[i])) == std::tolower(static_cast<unsigned char>(name[i]));
+      }
+      if (same) return &v;
+    }
+    return nullptr;
+  }
 };
 
 struct HttpResponse {

@@ -36,6 +36,55 @@ void read_only(Route& r, const std::string& method, const std::string& path) {
   if (method != "GET" && method != "HEAD") r.refusal = method_not_allowed(method, path, "GET, HEAD");
 }
 
+HttpResponse not_found(const std::string& method, const std::string& path) {
+  return error_response(404, "not_found", "no route " + method.substr(0, 32) + " " + path.substr(0, 200) + " (see docs/API.md)");
+}
+
+// /v2, /v2/health/{live,ready}, /v2/models/{name}[/versions/{v}][/ready|/infer].
+Route route_v2(const std::string& method, const std::string& path, const std::vector<std::string>& seg) {
+  Route r;
+  r.name = "v2";  // refusals too: answered in the protocol's error shape
+  if (seg.size() == 1) {
+    r.id = RouteId::kV2Server;
+    r.name = "v2";
+    read_only(r, method, path);
+    return r;
+  }
+  if (seg.size() == 3 && seg[1] == "health" && (seg[2] == "live" || seg[2] == "ready")) {
+    r.id = seg[2] == "live" ? RouteId::kV2Live : RouteId::kV2Ready;
+    r.name = "v2_health";
+    read_only(r, method, path);
+    return r;
+  }
+  if (seg.size() >= 3 && seg[1] == "models" && !seg[2].empty()) {
+    size_t next = 3;
+    r.model = seg[2];
+    if (seg.size() >= 5 && seg[3] == "versions" && !seg[4].empty()) {
+      r.version = seg[4];
+      next = 5;
+    }
+    if (seg.size() == next) {
+      r.id = RouteId::kV2Model;
+      r.name = "v2_model";
+      read_only(r, method, path);
+      return r;
+    }
+    if (seg.size() == next + 1 && (seg[next] == "ready" || seg[next] == "infer")) {
+      const bool infer = seg[next] == "infer";
+      r.id = infer ? RouteId::kV2Infer : RouteId::kV2ModelReady;
+      r.name = infer ? "v2_infer" : "v2_model";
+      if (infer && method != "POST") {
+        r.refusal = method_not_allowed(method, path, "POST");
+      } else if (!infer) {
+        read_only(r, method, path);
+      }
+      return r;
+    }
+  }
+  r.refusal = not_found(method, path);
+  return r;
+}
+
 }  // namespace
 
 Route route_request(const std::string& method, const std::string& path) {
@@ -69,8 +118,19 @@ Route route_request(const std::string& method, const std::string& path) {
     }
     return r;
   }
-  r.refusal = error_response(404, "not_found",
-                             "no route " + method.substr(0, 32) + " " + path.substr(0, 200) + " (see docs/API.md)");
+  if (!seg.empty() && seg[0] == "v2") return route_v2(method, path, seg);
+  if (seg.size() >= 2 && seg.size() <= 3 && seg[0] == "v1" && seg[1] == "handoff" && (seg.size() == 2 || seg[2] == "owner")) {
+    r.name = "handoff";
+    if (seg.size() == 2) {
+      r.id = RouteId::kHandoff;
+      if (method != "POST") r.refusal = method_not_allowed(method, path, "POST");
+    } else {
+      r.id = RouteId::kHandoffOwner;
+      read_only(r, method, path);
+    }
+    return r;
+  }
+  r.refusal = not_found(method, path);
   return r;
 }
 

@@ -62,9 +62,9 @@ size_t Scheduler::running() const {
   return running_;
 }
 
-std::pair<std::string, std::shared_ptr<Scheduler::Task>> Scheduler::take_locked() {
-  std::string stream = std::move(ready_.front());
-  ready_.pop_front();
+std::pair<std::string, std::shared_ptr<Scheduler::Task>> Scheduler::take_locked(size_t at) {
+  std::string stream = std::move(ready_[at]);
+  ready_.erase(ready_.begin() + static_cast<std::ptrdiff_t>(at));
   StreamQueue& q = streams_[stream];
   std::shared_ptr<Task> task = std::move(q.tasks.front());
   q.tasks.pop_front();
@@ -80,20 +80,24 @@ void Scheduler::work() {
     cv_.wait(lock, [&] { return !ready_.empty() || (stopping_ && queued_ == 0); });
     if (ready_.empty()) return;  // stopping, and nothing left to run
     std::vector<std::pair<std::string, std::shared_ptr<Task>>> taken;
-    taken.push_back(take_locked());
-    if (batching_.max_batch > 1) {
+    taken.push_back(take_locked(0));
+    // Only tasks with a payload batch (a frame; not the other jobs run on a stream's turn).
+    if (batching_.max_batch > 1 && taken.front().second->payload_) {
       // Others join until the batch is full or the first task has waited its delay (at once
       // when stopping: the queue only drains then).
       const auto deadline = taken.front().second->submitted_ +
                             std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                 std::chrono::duration<double>(batching_.max_delay_seconds));
       while (taken.size() < batching_.max_batch) {
-        if (!ready_.empty()) {
-          taken.push_back(take_locked());
+        const auto batchable = std::find_if(ready_.begin(), ready_.end(),
+                                            [&](const std::string& s) { return streams_[s].tasks.front()->payload_ != nullptr; });
+        if (batchable != ready_.end()) {
+          taken.push_back(take_locked(static_cast<size_t>(batchable - ready_.begin())));
           continue;
         }
         if (stopping_ || std::chrono::steady_clock::now() >= deadline) break;
-        cv_.wait_until(lock, deadline, [&] { return !ready_.empty() || stopping_; });
+        const size_t seen = ready_.size();
+        cv_.wait_until(lock, deadline, [&] { return ready_.size() != seen || stopping_; });
       }
     }
     lock.unlock();

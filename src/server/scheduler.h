@@ -11,6 +11,7 @@
 // takes a task also takes the next waiting tasks of other streams, oldest stream turn first, up to
 // max_batch, waiting for more at most until the first task has waited max_delay since it was
 // submitted; two or more go to run_batch together (one per stream, so each stream stays in order).
+// Only tasks with a payload batch; others run alone on their stream's turn.
 #pragma once
 
 #include <atomic>
@@ -82,8 +83,9 @@ class Scheduler {
   };
   void work();
 
-  // Takes the next ready stream's first task (under mu_), marking the stream running.
-  std::pair<std::string, std::shared_ptr<Task>> take_locked();
+  // Takes the first task of the ready stream at `at` in turn order (under mu_), marking the
+  // stream running.
+  std::pair<std::string, std::shared_ptr<Task>> take_locked(size_t at);
 
   const size_t capacity_;
   const Batching batching_;

@@ -9,6 +9,9 @@
 
 #include "bevformer/error.h"
 #include "server/api_error.h"
+#include "server/fleet.h"
+#include "server/oip.h"
+#include "server/oip_service.h"
 
 namespace bev::server {
 namespace {
@@ -77,11 +80,15 @@ Service::Service(Model& model, ServiceOptions options)
       memory_(options_.max_inflight_bytes),
       scheduler_(options_.workers, options_.queue_capacity,
                  Scheduler::Batching{std::max<size_t>(options_.max_batch, 1), options_.batch_delay_seconds,
-                                     [this](const std::vector<std::shared_ptr<Scheduler::Task>>& tasks) { run_batch(tasks); }}) {}
+                                     [this](const std::vector<std::shared_ptr<Scheduler::Task>>& tasks) { run_batch(tasks); }}),
+      oip_(std::make_unique<Oip>(model_, *this, options_.oip)),
+      fleet_(std::make_unique<Fleet>(model_, *this, oip_->sequences(), options_.fleet)) {}
 
 Service::~Service() { finish(); }
 
 void Service::begin_shutdown() { shutting_down_ = true; }
+
+void Service::begin_drain() { draining_ = true; }
 
 void Service::finish() {
   shutting_down_ = true;
@@ -93,7 +100,12 @@ HttpResponse Service::handle(HttpRequest request) {
   const Route route = route_request(request.method, request.path);
   HttpResponse r;
   try {
-    r = route.refusal ? *route.refusal : dispatch(route, request);
+    if (route.refusal) {
+      // /v2 refusals in the Open Inference Protocol's error shape (server/oip.h).
+      r = route.name.rfind("v2", 0) == 0 ? oip_error_from_v1(*route.refusal) : *route.refusal;
+    } else {
+      r = dispatch(route, request);
+    }
   } catch (const ApiError& e) {
     r = error_response(e);
   } catch (const Error& e) {
@@ -102,7 +114,7 @@ HttpResponse Service::handle(HttpRequest request) {
     r = error_response(500, "internal", std::string("internal error: ") + e.what());
   }
   count_refusal(route.name, r);
-  if (route.id == RouteId::kFrames) metrics_.observe("total", now_seconds() - t0);
+  if (route.id == RouteId::kFrames || route.id == RouteId::kV2Infer) metrics_.observe("total", now_seconds() - t0);
   return r;
 }
 
@@ -124,6 +136,14 @@ HttpResponse Service::dispatch(const Route& route, HttpRequest& request) {
     case RouteId::kStreams: return get_streams();
     case RouteId::kStream: return delete_stream(route.stream);
     case RouteId::kFrames: return post_frame(route.stream, request);
+    case RouteId::kV2Server:
+    case RouteId::kV2Live:
+    case RouteId::kV2Ready:
+    case RouteId::kV2Model:
+    case RouteId::kV2ModelReady:
+    case RouteId::kV2Infer: return oip_->handle(route, request);
+    case RouteId::kHandoff:
+    case RouteId::kHandoffOwner: return fleet_->handle(route, request);
     case RouteId::kNone: break;
   }
   return error_response(404, "not_found", "no route (see docs/API.md)");
@@ -131,6 +151,13 @@ HttpResponse Service::dispatch(const Route& route, HttpRequest& request) {
 
 HttpResponse Service::post_frame(const std::string& stream, HttpRequest& request) {
   if (shutting_down_) return error_response(503, "shutting_down", "the server is shutting down and takes no new frames");
+  if (oip_->sequences().moved(stream)) {
+    HttpResponse r = error_response(503, "sequence_moved", "stream " + stream +
+                                                              " was handed to the server that owns it now (this one is leaving the "
+                                                              "fleet); retry: the balancer sends it there");
+    r.headers.emplace_back("Retry-After", "1");
+    return r;
+  }
   if (request.body.size() > options_.max_body_bytes) {
     return error_response(413, "body_too_large", "the body is " + std::to_string(request.body.size()) +
                                                      " bytes; this server takes at most " +
@@ -297,6 +324,12 @@ HttpResponse Service::get_model() const {
                  {"max_cameras", options_.limits.max_cameras},
                  {"max_image_width", options_.limits.max_image_width},
                  {"max_image_height", options_.limits.max_image_height}};
+  j["fleet"] = {{"instance", fleet_->instance()},
+                {"fingerprint", model_.fingerprint()},
+                {"model_name", options_.oip.model_name},
+                {"handoff_via", options_.fleet.handoff_via},
+                {"max_sequence_idle_seconds", options_.oip.sequences.max_idle_seconds},
+                {"handoff_wait_seconds", options_.oip.sequences.handoff_wait_seconds}};
   if (model_.untrained()) j["warning"] = "seeded random weights: detections are meaningless";
   return json_response(j);
 }
@@ -325,6 +358,15 @@ HttpResponse Service::get_metrics() {
        static_cast<double>(t.frames_nonfinite)},
       {"bevformer_request_timeouts_total", "Frame requests answered 504.", "counter", static_cast<double>(timeouts_.load())},
       {"bevformer_shutting_down", "1 once SIGTERM was received.", "gauge", shutting_down_ ? 1.0 : 0.0},
+      {"bevformer_ready", "1 while /v2/health/ready says ready (0 draining or shutting down).", "gauge", ready() ? 1.0 : 0.0},
+      {"bevformer_sequences_live", "Open Inference Protocol sequences with history here.", "gauge",
+       static_cast<double>(oip_->sequences().live())},
+      {"bevformer_handoffs_sent_total", "Stream histories handed to another server while draining.", "counter",
+       static_cast<double>(fleet_->counters().sent)},
+      {"bevformer_handoffs_lost_total", "Stream histories a drain could not hand over (lost).", "counter",
+       static_cast<double>(fleet_->counters().lost)},
+      {"bevformer_handoffs_received_total", "Stream histories installed from a draining server.", "counter",
+       static_cast<double>(fleet_->counters().received)},
       {"bevformer_inflight_bytes", "Request bytes held now (bodies, parsed frames, their decoded pixels).", "gauge",
        static_cast<double>(memory_.in_use())},
       {"bevformer_inflight_capacity_bytes", "The bound on bevformer_inflight_bytes (--max-inflight-mb).", "gauge",

@@ -8,12 +8,15 @@
 //   GET    /v1/model                 config, weights, backend, knobs, classes
 //   GET    /healthz                  200 while serving, 503 once shutting down
 //   GET    /metrics                  Prometheus text
+//   /v2/...                          the Open Inference Protocol (oip_service.h)
+//   POST /v1/handoff, GET /v1/handoff/owner   the fleet's history handoff (fleet.h)
 // (HEAD wherever GET is.) A frame holds its bytes from the in-flight budget (memory()) from the
 // moment its body is read until it is answered: refused 503 `busy` when they do not fit.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -28,8 +31,25 @@
 #include "server/metrics.h"
 #include "server/router.h"
 #include "server/scheduler.h"
+#include "server/sequences.h"
 
 namespace bev::server {
+
+class Fleet;
+class Oip;
+
+struct OipOptions {
+  std::string model_name = "bevformer";  // the model's name in /v2/models/{name} (--model-name)
+  SequenceOptions sequences;
+};
+
+struct FleetOptions {
+  // The balancer through which a draining server hands its streams to their next owners
+  // (http://HOST:PORT, docs/DEPLOY.md); "" hands nothing over (SIGTERM then stops as before).
+  std::string handoff_via;
+  double drain_timeout_seconds = 60;  // past it the drain gives up on the streams left (they are lost)
+  std::string instance;               // this server's id in the fleet ("" : a random one)
+};
 
 struct ServiceOptions {
   size_t workers = 2;                    // frames in flight at once (different streams)
@@ -43,6 +63,8 @@ struct ServiceOptions {
   double batch_delay_seconds = 0.005;
   RequestLimits limits;
   nlohmann::json model_info = nlohmann::json::object();  // config, weights, backend, knobs (shown by /v1/model)
+  OipOptions oip;
+  FleetOptions fleet;
 };
 
 class Service {
@@ -55,6 +77,11 @@ class Service {
 
   // New frames get 503 from now on (health too); frames already accepted still run.
   void begin_shutdown();
+  // Leaving a fleet: not ready any more (/v2/health/ready 400, so the balancer stops sending),
+  // but frames are still served until their streams are handed over (Fleet::drain).
+  void begin_drain();
+  bool ready() const { return !shutting_down_ && !draining_; }
+  bool shutting_down() const { return shutting_down_; }
   // Runs every accepted frame to its end and stops the workers.
   void finish();
 
@@ -64,6 +91,15 @@ class Service {
   Metrics& metrics() { return metrics_; }
   MemoryBudget& memory() { return memory_; }
   const ServiceOptions& options() const { return options_; }
+  Model& model() { return model_; }
+  Oip& oip() { return *oip_; }
+  Fleet& fleet() { return *fleet_; }
+
+  // Runs `job` on `stream`'s worker FIFO (after the stream's frames queued before it) and waits
+  // for it within --timeout. Throws ApiError: 429 queue_full, 503 shutting_down, 504 timeout;
+  // `*never_ran` then tells whether the job was dropped from the queue (it never runs) or still
+  // runs to its end. `job` must not throw.
+  void run_on_stream(const std::string& stream, std::function<void()> job, bool* never_ran = nullptr);
 
  private:
   HttpResponse dispatch(const Route& route, HttpRequest& request);
@@ -86,7 +122,10 @@ class Service {
   MemoryBudget memory_;
   Scheduler scheduler_;
   std::atomic<bool> shutting_down_{false};
+  std::atomic<bool> draining_{false};
   std::atomic<uint64_t> timeouts_{0};
+  std::unique_ptr<Oip> oip_;      // after the scheduler: its sweeper uses it
+  std::unique_ptr<Fleet> fleet_;
 };
 
 }  // namespace bev::server
