@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   add(&bev::cli::add_inspect);
   add(&bev::cli::add_golden);
   add(&bev::cli::add_convert_info);
+  add(&bev::cli::add_convert_pandaset);
   add(&bev::cli::add_detect);
   add(&bev::cli::add_describe);
   add(&bev::cli::add_random_weights);
