@@ -13,6 +13,7 @@ PACKAGES=(
   libjpeg62-turbo-dev                   # JPEG data checked scan by scan (libjpeg's warnings as errors)
   libdnnl-dev ocl-icd-opencl-dev        # oneDNN 2.6 (its CMake config needs the OpenCL headers)
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev  # image decode, resize, drawing
+  libopencv-videoio-dev                 # detect --video (OpenCV's writer; its FFmpeg backend writes H.264)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch python3-numpy libopenblas0-openmp  # reference/ (PyTorch reference; OpenBLAS: netlib BLAS is ~7x slower)
 )

@@ -220,7 +220,7 @@ Detections Model::detect_frame(const Frame& spec, const std::string& base_dir, c
   }
   DetectRequest request;
   request.taps = !options.dump_dir.empty();
-  request.keep_images = !options.render_png.empty();
+  request.keep_images = !options.render_png.empty() || options.render_picture;
   FrameResult r = engine.detect(spec, base_dir, request);
   const auto t_output = std::chrono::steady_clock::now();
 
@@ -265,7 +265,7 @@ Detections Model::detect_frame(const Frame& spec, const std::string& base_dir, c
     write_safetensors(path, r.taps.all());
     log_info("dump: ", r.taps.all().size(), " tensors to ", path);
   }
-  if (!options.render_png.empty()) {
+  if (request.keep_images) {
     RenderInput ri;
     for (size_t i = 0; i < r.images.size(); ++i) ri.cameras.push_back({r.camera_names[i], r.images[i], r.lidar2img[i]});
     ri.detections = r.detections;
@@ -276,10 +276,20 @@ Detections Model::detect_frame(const Frame& spec, const std::string& base_dir, c
     ri.stream = r.stream;
     ri.timestamp = r.timestamp;
     ri.frame_index = r.frame_index;
+    ri.used_history = r.used_history;
     ri.model = cfg.name;
     ri.untrained = s.untrained;
-    render_frame_to_file(ri, options.render_png);
-    log_info("render: ", options.render_png);
+    if (!options.render_png.empty()) {
+      render_frame_to_file(ri, options.render_png);
+      log_info("render: ", options.render_png);
+    }
+    if (options.render_picture) {
+      const Tensor picture = render_frame(ri);
+      d.picture.height = static_cast<int>(picture.size(0));
+      d.picture.width = static_cast<int>(picture.size(1));
+      const auto* bytes = static_cast<const uint8_t*>(picture.raw_data());
+      d.picture.bgr.assign(bytes, bytes + picture.nbytes());
+    }
   }
   d.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return d;
