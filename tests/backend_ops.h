@@ -114,5 +114,6 @@ void scatter_add_rows_cases(CaseList& l);
 void concat_cases(CaseList& l);
 void permute_cases(CaseList& l);
 void count_nonfinite_cases(CaseList& l);
+void gather_rows_multi_cases(CaseList& l);
 
 }  // namespace bev::op_harness

@@ -48,6 +48,7 @@ std::vector<OpCase> make_cases(OpKind op, ShapeSet set, Precision precision) {
     case OpKind::concat: concat_cases(l); break;
     case OpKind::permute: permute_cases(l); break;
     case OpKind::count_nonfinite: count_nonfinite_cases(l); break;
+    case OpKind::gather_rows_multi: gather_rows_multi_cases(l); break;
   }
   return l.take();
 }

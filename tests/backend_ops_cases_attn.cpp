@@ -246,7 +246,7 @@ void count_nonfinite_cases(CaseList& l) {
         for (int64_t i = 0; i < t.numel() - 1; i += every) p[i] = bad[(i / every) % 3];
       }
       if (dtype == DType::kBF16) t = to_bf16(t);
-      ops.count_nonfinite(up(ops, t), "x");
+      ops.count_nonfinite(up(ops, t), x[0], "x");  // a count per leading index (per sample)
     });
   };
   if (l.set() == ShapeSet::kAwkward) {
@@ -260,6 +260,41 @@ void count_nonfinite_cases(CaseList& l) {
   const Graph g = graph(l.set());
   add("img.values.feat_flatten", {g.cams, g.lv(), g.c}, 0);
   add("enc.out.bev_embed (NaN planted)", {g.hw, g.c}, 4099);
+  add("enc.out.bev_embed, batch of 3 (NaN planted)", {3, g.hw, g.c}, 4099);
+}
+
+// Rows from several sources by (source, row): a batch's TSA value stack reads each sample's
+// previous BEV from its own stream buffer, the queries and the layer input; -1 rows are zeros.
+void gather_rows_multi_cases(CaseList& l) {
+  auto add = [&](std::string tag, std::vector<int64_t> rows, int64_t c, int64_t count, int pad_every,
+                 DType dtype = DType::kF32) {
+    l.add(std::move(tag), [rows, c, count, pad_every, dtype](Ops& ops, uint64_t seed) {
+      std::vector<Tensor> srcs;
+      for (size_t s = 0; s < rows.size(); ++s) {
+        Tensor t = values({rows[s], c}, seed + s, 1.0f, 50.0f);
+        if (dtype == DType::kBF16) t = to_bf16(t);
+        srcs.push_back(up(ops, t));
+      }
+      std::vector<int64_t> index(static_cast<size_t>(count));
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t s = (i * 7 + static_cast<int64_t>(seed % 5)) % static_cast<int64_t>(rows.size());
+        index[static_cast<size_t>(i)] = pad_every > 0 && i % pad_every == pad_every - 1
+                                            ? -1
+                                            : gather_multi_index(s, (i * 13) % rows[static_cast<size_t>(s)]);
+      }
+      ops.gather_rows_multi(srcs, up(ops, index_tensor(index)), "x");
+    });
+  };
+  if (l.set() == ShapeSet::kAwkward) {
+    add("1 source, 1 row", {1}, 1, 1, 0);
+    add("3 sources of 5, 1, 9 rows, 7 wide", {5, 1, 9}, 7, 23, 4);
+    add("2 sources, all padding", {3, 3}, 5, 4, 1);
+    add("bf16, 4 sources, 129 wide", {17, 2, 33, 8}, 129, 61, 6, DType::kBF16);
+    return;
+  }
+  const Graph g = graph(l.set());
+  // A batch of 2: two previous BEVs, the queries and the layer input of both samples.
+  add("tsa.value_stack, batch of 2", {g.hw, g.hw, 2 * g.hw, 2 * g.hw}, g.c, 4 * g.hw, 0);
 }
 
 }  // namespace bev::op_harness

@@ -155,6 +155,47 @@ TEST(ModelApi, NonFiniteNumbersFailTheFrameAndKeepTheHistory) {
   }
 }
 
+// Frames of several vehicles in one call: each stream's frames in order, batched with the other
+// streams', every frame answered exactly as Model::detect answers it one at a time; a bad frame
+// fails alone and its stream goes on from the history it had.
+TEST(ModelApi, DetectBatchAnswersEachFrameAsDetectDoes) {
+  const auto batched = micro_model();
+  const auto single = micro_model();
+  std::vector<Frame> frames;
+  for (int k = 0; k < 3; ++k) {
+    for (const char* stream : {"a", "b", "c"}) {
+      json f = micro_frame_json(k);
+      f["stream"] = stream;
+      if (std::string(stream) == "b") f["T_world_from_ego"][0][3] = f["T_world_from_ego"][0][3].get<double>() + 2.5;
+      if (std::string(stream) == "c" && k == 1) f["can_bus"][13] = 3e38;  // overflows in the bev stage
+      frames.push_back(parse_frame(f.dump()));
+    }
+  }
+  const std::vector<FrameOutcome> out = batched->detect_batch(frames, kMicroDir, {}, 3);
+  ASSERT_EQ(out.size(), frames.size());
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const std::string what = "frame " + std::to_string(i) + " (" + frames[i].stream + ")";
+    if (i == 5) {  // stream c's second frame
+      ASSERT_TRUE(out[i].error.has_value()) << what;
+      EXPECT_NE(std::string(out[i].error->what()).find("bev stage produced"), std::string::npos) << out[i].error->what();
+      EXPECT_THROW(single->detect(frames[i], kMicroDir), Error);
+      continue;
+    }
+    ASSERT_TRUE(out[i].detections.has_value()) << what << ": " << (out[i].error ? out[i].error->what() : "");
+    EXPECT_EQ(out[i].batch_size, 3) << what;
+    const Detections want = single->detect(frames[i], kMicroDir);
+    const Detections& got = *out[i].detections;
+    EXPECT_EQ(got.json, want.json) << what;
+    EXPECT_EQ(got.used_history, want.used_history) << what;
+    EXPECT_EQ(got.frame_index, want.frame_index) << what;
+  }
+  EXPECT_EQ(batched->stream_totals().frames_nonfinite, 1u);
+  // A picture per frame is Model::detect's; a batch refuses it before running anything.
+  DetectOptions picture;
+  picture.render_png = "x.png";
+  EXPECT_THROW(batched->detect_batch(frames, kMicroDir, picture), Error);
+}
+
 TEST(ModelApi, BadFramesFailClearlyAndLeaveTheStreamAsItWas) {
   const auto clean = micro_model();
   const auto tested = micro_model();

@@ -50,19 +50,32 @@ TEST(CountNonfinite, CountsExactlyTheNanAndInfiniteValues) {
       for (int k = 0; n > 0 && k < 40; ++k) x.data<float>()[pos(rng)] = specials[k % 8];
       if (n > 1) x.data<float>()[n - 1] = kNaN;
       if (dtype == DType::kBF16) x = x.to(DType::kBF16);
-      int64_t want = 0;
       const Tensor f = x.to(DType::kF32);
-      for (int64_t i = 0; i < n; ++i) want += std::isfinite(f.data<float>()[i]) ? 0 : 1;
-      for (const int threads : {1, 2, 3}) {
-        ThreadPool pool(threads);
-        Tensor out = Tensor::zeros({1}, DType::kI64);
-        count_nonfinite(x, out, &pool);
-        EXPECT_EQ(out.data<int64_t>()[0], want) << "n " << n << " " << dtype_name(dtype) << " threads " << threads;
+      // One count over everything, and a count per group (per sample of a batch) where n splits.
+      std::vector<int64_t> group_counts = {1};
+      for (const int64_t g : {int64_t{3}, int64_t{5}, int64_t{7}}) {
+        if (n > 0 && n % g == 0) group_counts.push_back(g);
+      }
+      for (const int64_t groups : group_counts) {
+        const int64_t per = n / groups;
+        std::vector<int64_t> want(groups, 0);
+        for (int64_t i = 0; i < n; ++i) want[i / per] += std::isfinite(f.data<float>()[i]) ? 0 : 1;
+        for (const int threads : {1, 2, 3}) {
+          ThreadPool pool(threads);
+          Tensor out = Tensor::zeros({groups}, DType::kI64);
+          count_nonfinite(x, out, &pool);
+          for (int64_t g = 0; g < groups; ++g) {
+            EXPECT_EQ(out.data<int64_t>()[g], want[g])
+                << "n " << n << " groups " << groups << " group " << g << " " << dtype_name(dtype) << " threads " << threads;
+          }
+        }
       }
     }
   }
   Tensor out = Tensor::zeros({1}, DType::kI64);
   EXPECT_THROW(count_nonfinite(i64_tensor({1, 2}), out, nullptr), Error);
+  Tensor three = Tensor::zeros({3}, DType::kI64);  // 3 groups cannot split 7 values
+  EXPECT_THROW(count_nonfinite(Tensor::zeros({7}, DType::kF32), three, nullptr), Error);
 }
 
 TEST(LayerNorm, MatchesF64TwoPassAndRunsInPlace) {

@@ -32,7 +32,7 @@ Tensor index_tensor(std::vector<int64_t> v) {
 // A small stand-in for a model stage that touches every op kind.
 struct MiniStage {
   PreparedWeights conv_a, conv_b, conv_offset, dcn, fc1, fc2, fc3, fc4, blk1, blk2, blk3, block;
-  Tensor gamma, beta, row, idx, idx_pad;
+  Tensor gamma, beta, row, idx, idx_pad, idx_multi;
 
   explicit MiniStage(Ops& ops) {
     conv_a = ops.prepare_conv2d(random({6, 5, 3, 3}, 1, 0.3f), nullptr, {.stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1, .relu = true});
@@ -59,6 +59,7 @@ struct MiniStage {
     row = random({8}, 11);
     idx = index_tensor({3, 0, 5, 1});
     idx_pad = index_tensor({-1, 7, 197, -1, 7});  // -1: padding (a zero row / a skipped row)
+    idx_multi = index_tensor({gather_multi_index(1, 3), -1, gather_multi_index(0, 197), gather_multi_index(1, 0)});
   }
 
   Tensor count;  // the last run's count_nonfinite of its attention rows
@@ -105,9 +106,10 @@ struct MiniStage {
     // Padded gather and scatter into a fresh zeros: replay must zero it again before adding.
     Tensor g_pad = ops.gather_rows(att2, idx_pad, "gather_pad");      // rows 0 and 3 are zeros
     Tensor acc_pad = ops.scatter_add_rows(g_pad, idx_pad, ops.zeros({198, 8}, "zeros"), "scatter_pad");
-    Tensor cat = ops.concat({acc, att2}, 0, "concat");
+    Tensor gm = ops.gather_rows_multi({att2, g}, idx_multi, "gather_multi");  // rows of two sources
+    Tensor cat = ops.concat({acc, att2, gm}, 0, "concat");
     auto [top, top_idx] = ops.topk(cat.reshape({-1}), 10, "topk");
-    count = ops.count_nonfinite(cat, "count");  // i64: kept beside the result
+    count = ops.count_nonfinite(cat, 2, "count");  // i64: kept beside the result
     return ops.concat({top, heads.reshape({-1}).slice(0, 0, 5).contiguous(), boxes.reshape({-1}),
                        g_pad.reshape({-1}), acc_pad.reshape({-1})},
                       0);
@@ -147,7 +149,7 @@ TEST(Ops, ReplayOnNewInputsEqualsEager) {
     Ops eager(*backend, Ops::Mode::kEager);
     EXPECT_TRUE(identical(out, stage.run(eager, pixels))) << "seed " << seed;
     EXPECT_TRUE(identical(count, stage.count)) << "seed " << seed;
-    EXPECT_EQ(count.data<int64_t>()[0], 0) << "seed " << seed;
+    for (int64_t g = 0; g < 2; ++g) EXPECT_EQ(count.data<int64_t>()[g], 0) << "seed " << seed << " group " << g;
     EXPECT_TRUE(eager.nodes().empty());
   }
 }

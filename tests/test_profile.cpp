@@ -48,7 +48,8 @@ std::vector<std::string> expected_stages(const ModelConfig& cfg) {
   for (int i = 0; i < cfg.transformer.encoder_layers; ++i) {
     for (const char* part : {".tsa", ".sca", ".ffn"}) s.push_back("enc" + std::to_string(i) + part);
   }
-  s.insert(s.end(), {"enc.out", "dec.value_proj"});
+  s.push_back("enc.out");  // the encoder's output checked for non-finite numbers
+  s.push_back("dec.value_proj");
   for (int i = 0; i < cfg.transformer.decoder_layers; ++i) {
     for (const char* part : {".self", ".cross", ".ffn", ".reg"}) s.push_back("dec" + std::to_string(i) + part);
   }

@@ -1,6 +1,6 @@
 // bevformer detect FRAME... [--weights FILE] [--config C] [-o OUT.json] [--render OUT.png|.jpg]
 // [--video OUT.mp4 [--video-fps F]] [--gt INFO.json] [--dump DIR] [--nusc results_nusc.json [--resume]] [--shard K/N]
-// [--threads N] [--precision f32|bf16] [--backend B] [--top N]: frames in, detections out.
+// [--threads N] [--precision f32|bf16] [--backend B] [--batch N] [--top N]: frames in, detections out.
 //
 // Dataset-scale runs: --nusc writes results_nusc.json one sample at a time (a crash keeps what was
 // done), --resume skips the scenes already written, --shard K/N runs the K-th of N scene-whole
@@ -26,6 +26,7 @@
 #include "eval/shard.h"
 #include "io/byte_source.h"
 #include "io/frame_json.h"
+#include "runtime/engine.h"
 #include "core/log.h"
 #include "render/render.h"
 #include "render/video.h"
@@ -49,6 +50,7 @@ struct DetectArgs {
   int threads = 0;
   std::string precision = "f32";
   std::string backend = "cpu";
+  int batch = 1;
   int top = 5;
 };
 
@@ -65,6 +67,7 @@ std::string numbered(const std::string& path, size_t k, size_t n) {
 // file fails in a second, not after a minute of loading weights.
 struct FramePeek {
   std::string path;
+  std::string stream;
   std::string scene_key;  // the frame's "scene", else its stream: frames sharing history
   std::string token;      // "" when the frame has none
 };
@@ -81,6 +84,7 @@ FramePeek peek_frame(const std::string& path) {
   if (!j.is_object() || !j.contains("stream") || !j["stream"].is_string()) {
     throw Error(ErrorKind::kInvalidInput, "no \"stream\"").where(path).expected("a frame JSON (docs/FORMATS.md)");
   }
+  p.stream = j["stream"].get<std::string>();
   p.scene_key = j.contains("scene") && j["scene"].is_string() ? j["scene"].get<std::string>()
                                                               : "stream:" + j["stream"].get<std::string>();
   if (j.contains("token") && j["token"].is_string()) p.token = j["token"].get<std::string>();
@@ -128,6 +132,11 @@ int run(const DetectArgs& a) {
   if (!a.render.empty()) {
     picture_format(a.render);  // .png or .jpg/.jpeg, refused now rather than after the first frame
     check_writable(numbered(a.render, 0, a.frames.size()), "--render");
+  }
+  if (a.batch > 1 && (!a.render.empty() || !a.video.empty())) {
+    throw Error(ErrorKind::kInvalidInput, std::string(a.render.empty() ? "--video" : "--render") + " with --batch " +
+                                              std::to_string(a.batch))
+        .expected("--batch 1 to render pictures (they are drawn one frame at a time)");
   }
   std::unique_ptr<VideoWriter> video;
   if (!a.video.empty()) {
@@ -177,23 +186,18 @@ int run(const DetectArgs& a) {
   log_info("detect: loading ", a.config,
            a.weights.empty() ? " with seeded random weights (no --weights): detections will be meaningless" : " with " + a.weights);
   const std::unique_ptr<Model> model = Model::load(a.config, a.weights, knobs);
-  std::vector<std::string> documents;  // each frame's detections JSON, written as the engine built it
+  std::map<size_t, std::string> documents;  // each frame's detections JSON (by input order), as the engine built it
   const auto t0 = std::chrono::steady_clock::now();
-  size_t written = 0;
-  for (size_t i = 0; i < todo.size(); ++i) {
-    const size_t k = todo[i];
-    DetectOptions opt;
-    if (!a.render.empty()) opt.render_png = numbered(a.render, k, a.frames.size());
-    opt.render_picture = video != nullptr;
-    opt.ground_truth_info = a.gt;
-    opt.dump_dir = a.dump;
-    const Detections d = model->detect_file(frames[k].path, opt);
+  size_t written = 0, done = 0;
+  // One finished frame: progress, the printout, its document and its nuScenes sample.
+  auto finish = [&](size_t k, const Detections& d, const DetectOptions& opt) {
+    ++done;
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double per_frame = elapsed / static_cast<double>(i + 1);
+    const double per_frame = elapsed / static_cast<double>(done);
     char rate[32];
     std::snprintf(rate, sizeof rate, "%.2f", per_frame);
-    log_info("detect: frame ", i + 1, "/", todo.size(), " ", frames[k].path, ": ", rate, " s/frame, ETA ",
-             duration_text(per_frame * static_cast<double>(todo.size() - i - 1)));
+    log_info("detect: frame ", done, "/", todo.size(), " ", frames[k].path, ": ", rate, " s/frame, ETA ",
+             duration_text(per_frame * static_cast<double>(todo.size() - done)));
     std::printf("%s  stream %s  t=%.6f  %s  %zu boxes  %.2f s%s\n", frames[k].path.c_str(), d.stream.c_str(), d.timestamp,
                 d.used_history ? "history" : "first frame", d.boxes.size(), d.seconds,
                 d.untrained ? "  (UNTRAINED weights: boxes are meaningless)" : "");
@@ -204,7 +208,7 @@ int run(const DetectArgs& a) {
     }
     if (!opt.render_png.empty()) std::printf("  picture: %s\n", opt.render_png.c_str());
     if (video) video->write(d.picture.bgr.data(), d.picture.width, d.picture.height);
-    if (!a.output.empty()) documents.push_back(d.json);
+    if (!a.output.empty()) documents[k] = d.json;
     if (results) {
       if (d.nuscenes_json.empty()) {
         throw Error(ErrorKind::kInvalidInput, "the frame has no sample token or no ego pose")
@@ -215,6 +219,55 @@ int run(const DetectArgs& a) {
         results->add_sample(d.sample_token, eval::ojson::parse(d.nuscenes_json));
         ++written;
       }
+    }
+  };
+  if (a.batch <= 1) {
+    for (const size_t k : todo) {
+      DetectOptions opt;
+      if (!a.render.empty()) opt.render_png = numbered(a.render, k, a.frames.size());
+      opt.render_picture = video != nullptr;
+      opt.ground_truth_info = a.gt;
+      opt.dump_dir = a.dump;
+      finish(k, model->detect_file(frames[k].path, opt), opt);
+    }
+  } else {
+    // Batches of the earliest frames of up to --batch distinct streams; each stream's frames in
+    // order. Only one batch's frames are read (and their images decoded) at a time.
+    std::vector<std::string> streams;
+    for (const size_t k : todo) streams.push_back(frames[k].stream);
+    DetectOptions opt;
+    opt.dump_dir = a.dump;
+    size_t batches = 0, batched_frames = 0;
+    for (const std::vector<size_t>& round : batch_rounds(streams, a.batch)) {
+      std::vector<Frame> batch;
+      for (const size_t r : round) {
+        const std::string& path = frames[todo[r]].path;
+        Frame f = read_frame(path);
+        // Image paths relative to each frame file's own folder.
+        const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+        for (Camera& c : f.cameras) {
+          if (!c.image_path.empty() && std::filesystem::path(c.image_path).is_relative()) {
+            c.image_path = (dir.empty() ? std::filesystem::path(".") : dir) / c.image_path;
+          }
+        }
+        batch.push_back(std::move(f));
+      }
+      const std::vector<FrameOutcome> out = model->detect_batch(batch, ".", opt, a.batch);
+      ++batches;
+      for (size_t j = 0; j < round.size(); ++j) {
+        const size_t k = todo[round[j]];
+        if (out[j].error) {
+          Error e = *out[j].error;
+          e.where(e.place().empty() ? frames[k].path : frames[k].path + ": " + e.place());
+          throw e;
+        }
+        batched_frames += static_cast<size_t>(out[j].batch_size);
+        finish(k, *out[j].detections, opt);
+      }
+    }
+    if (batches > 0) {
+      log_info("detect: ", done, " frames in ", batches, " batches (", static_cast<double>(batched_frames) / static_cast<double>(done),
+               " frames per batch on average)");
     }
   }
   if (video) {
@@ -235,10 +288,12 @@ int run(const DetectArgs& a) {
     std::ofstream out(a.output, std::ios::binary);
     if (!out) throw Error(ErrorKind::kIo, "cannot write").where(a.output);
     if (documents.size() == 1) {
-      out << documents[0] << "\n";
+      out << documents.begin()->second << "\n";
     } else {
+      // In the order the frames were given (a batched run finishes them batch by batch).
       out << "{\"frames\": [\n";
-      for (size_t k = 0; k < documents.size(); ++k) out << documents[k] << (k + 1 < documents.size() ? ",\n" : "\n");
+      size_t n = 0;
+      for (const auto& [k, doc] : documents) out << doc << (++n < documents.size() ? ",\n" : "\n");
       out << "]}\n";
     }
     if (!out) throw Error(ErrorKind::kIo, "write failed").where(a.output);
@@ -270,6 +325,10 @@ Runner add_detect(CLI::App& app) {
   sub->add_option("--threads", a->threads, "CPU threads (0: one per hardware thread)")->capture_default_str()->check(CLI::Range(0, 1024));
   sub->add_option("--precision", a->precision, "f32 | bf16")->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
   add_backend_option(sub, a->backend);
+  sub->add_option("--batch", a->batch,
+                  "Run frames of up to N streams as one batch (each stream's frames in order; identical results)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   sub->add_option("--top", a->top, "Boxes printed per frame")->capture_default_str();
   return [a]() { return run(*a); };
 }

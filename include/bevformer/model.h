@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bevformer/error.h"
 #include "bevformer/frame.h"
 
 namespace bev {
@@ -31,6 +32,8 @@ struct Knobs {
   // Two frames in flight: the image stage of one frame (another stream's, from another thread)
   // runs while the bev stage of the other runs. Same results; the plans exist once per lane.
   bool pipeline = false;
+  // The most frames of distinct streams one batch runs (Model::detect_batch, the server's batching).
+  int max_batch = 8;
 };
 
 // One detected box. LiDAR (BEV) frame: x right, y forward, z up; `center` is the bottom centre
@@ -80,6 +83,14 @@ struct DetectOptions {
   std::string dump_dir;
 };
 
+// One frame's outcome in Model::detect_batch: its detections, or the error it failed with (its
+// stream's history then as it was).
+struct FrameOutcome {
+  std::optional<Detections> detections;
+  std::optional<Error> error;
+  int batch_size = 0;  // frames that ran in its batch, its own included (0: it failed before running)
+};
+
 struct StreamStatus {
   std::string id;
   uint64_t frames = 0;
@@ -126,6 +137,8 @@ std::string nuscenes_results_json(const std::vector<Detections>& frames);
 // weights Model::load uses when given none and the same seed); returns the tensor count.
 size_t write_random_weights(const std::string& config, uint64_t seed, const std::string& path);
 
+struct FrameResult;  // the engine's (runtime/engine.h)
+
 class Model {
  public:
   // config: "tiny" | "small" | "base" | path to an upstream-style JSON config. weights: a .pth or
@@ -145,6 +158,13 @@ class Model {
   // paths resolve against base_dir; with base_dir "" no file is read and every camera must carry
   // its image_bytes (what a server passes on, without copying them).
   Detections detect(const Frame& frame, const std::string& base_dir, const DetectOptions& options = {});
+  // Frames of several streams (vehicles) in one call, batched: frames of distinct streams run
+  // together through the recorded stages, each exactly as if run alone; each stream's frames in
+  // the order given, at most max_batch per batch (<= 0: Knobs::max_batch). One outcome per
+  // frame, in order; a frame that fails fails alone. With options.dump_dir the frames run one
+  // at a time; options.render_png is not per frame here and must be empty.
+  std::vector<FrameOutcome> detect_batch(const std::vector<Frame>& frames, const std::string& base_dir,
+                                         const DetectOptions& options = {}, int max_batch = 0);
 
   std::vector<StreamStatus> streams() const;
   bool drop_stream(const std::string& id);
@@ -165,6 +185,9 @@ class Model {
                          const DetectOptions& options, const AttachedImages* images = nullptr);
   Detections detect_frame(const Frame& frame, const std::string& base_dir, const std::string& where,
                           const DetectOptions& options, double parse_seconds);
+  // A finished frame as Detections (document, results, dump, picture).
+  Detections frame_detections(FrameResult& r, const DetectOptions& options, double parse_seconds,
+                              double started_seconds_ago);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -19,16 +19,10 @@
 #include "model/bevformer.h"
 #include "model/synthetic.h"
 #include "render/render.h"
+#include "api/model_impl.h"
 #include "runtime/engine.h"
 
 namespace bev {
-
-struct Model::Impl {
-  bool untrained = false;
-  std::string weights_name;
-  std::unique_ptr<Engine> engine;
-  uint64_t weight_bytes = 0;  // the checkpoint's tensors
-};
 
 namespace {
 
@@ -122,6 +116,9 @@ std::unique_ptr<Model> Model::load(const std::string& config, const std::string&
   options.backend_options = {knobs.threads, parse_precision(knobs.precision, "knobs"), knobs.device};
   options.replay = knobs.replay;
   options.pipelined = knobs.pipeline;
+  if (knobs.max_batch < 1) {
+    throw Error(ErrorKind::kInvalidInput, "max_batch " + std::to_string(knobs.max_batch)).where("knobs").expected("at least 1");
+  }
   options.streams = StreamLimits{knobs.max_streams, knobs.stream_ttl_seconds, knobs.max_gap_seconds};
   require_backend(options.backend, options.backend_options);
   Checkpoint ck;
@@ -136,6 +133,7 @@ std::unique_ptr<Model> Model::load(const std::string& config, const std::string&
     s.weights_name = weights;
   }
   s.engine = Engine::create(cfg, ck, options);
+  s.max_batch = knobs.max_batch;
   for (const auto& [name, t] : ck.tensors()) s.weight_bytes += t.nbytes();
   log_info("model: ", cfg.name, " ready in ", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
            " s on ", s.engine->backend_info().summary());
@@ -202,28 +200,95 @@ Detections Model::detect_text(const std::string& text, const std::string& base_d
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
-Detections Model::detect_frame(const Frame& spec, const std::string& base_dir, const std::string& where,
-                               const DetectOptions& options, double parse_seconds) {
+namespace {
+
+// With no base directory nothing is read from disk: every camera must carry its bytes.
+void check_image_bytes(const Frame& spec, const std::string& base_dir, const std::string& where) {
+  if (!base_dir.empty()) return;
+  for (size_t i = 0; i < spec.cameras.size(); ++i) {
+    if (spec.cameras[i].image_bytes.empty()) {
+      throw Error(ErrorKind::kInvalidInput, "names the image file '" + spec.cameras[i].image_path + "'")
+          .where(where + ": cameras[" + std::to_string(i) + "].image")
+          .expected("the image's bytes (no base directory was given, so no file is read)");
+    }
+  }
+}
+
+Error as_error(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& error) {
+    return error;
+  } catch (const std::exception& other) {
+    return Error(ErrorKind::kInternal, other.what());
+  } catch (...) {
+    return Error(ErrorKind::kInternal, "an unknown exception");
+  }
+}
+
+}  // namespace
+
+std::vector<FrameOutcome> Model::detect_batch(const std::vector<Frame>& frames, const std::string& base_dir,
+                                              const DetectOptions& options, int max_batch) {
+  if (!options.render_png.empty() || options.render_picture) {
+    throw Error(ErrorKind::kInvalidInput, "a picture (render_png, render_picture) for a batch of frames")
+        .where("detect_batch")
+        .expected("Model::detect per frame to render its picture");
+  }
   Impl& s = *impl_;
-  Engine& engine = *s.engine;
-  const ModelConfig& cfg = engine.config();
-  const auto t0 = std::chrono::steady_clock::now() - std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                        std::chrono::duration<double>(parse_seconds));
-  if (base_dir.empty()) {
-    for (size_t i = 0; i < spec.cameras.size(); ++i) {
-      if (spec.cameras[i].image_bytes.empty()) {
-        throw Error(ErrorKind::kInvalidInput, "names the image file '" + spec.cameras[i].image_path + "'")
-            .where(where + ": cameras[" + std::to_string(i) + "].image")
-            .expected("the image's bytes (no base directory was given, so no file is read)");
-      }
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<FrameOutcome> out(frames.size());
+  std::vector<const Frame*> run;
+  std::vector<size_t> index;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    try {
+      check_image_bytes(frames[i], base_dir, "frame " + std::to_string(i));
+      run.push_back(&frames[i]);
+      index.push_back(i);
+    } catch (const Error& e) {
+      out[i].error = e;
     }
   }
   DetectRequest request;
   request.taps = !options.dump_dir.empty();
+  std::vector<Engine::Outcome> ran = s.engine->detect_batch(run, base_dir, request, max_batch > 0 ? max_batch : s.max_batch);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (size_t k = 0; k < ran.size(); ++k) {
+    FrameOutcome& o = out[index[k]];
+    o.batch_size = static_cast<int>(ran[k].batch_size);
+    if (ran[k].error) {
+      o.error = as_error(ran[k].error);
+      continue;
+    }
+    try {
+      o.detections = frame_detections(ran[k].result, options, 0, seconds);
+    } catch (...) {
+      o.error = as_error(std::current_exception());
+    }
+  }
+  return out;
+}
+
+Detections Model::detect_frame(const Frame& spec, const std::string& base_dir, const std::string& where,
+                               const DetectOptions& options, double parse_seconds) {
+  Impl& s = *impl_;
+  Engine& engine = *s.engine;
+  const auto t0 = std::chrono::steady_clock::now() - std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                        std::chrono::duration<double>(parse_seconds));
+  check_image_bytes(spec, base_dir, where);
+  DetectRequest request;
+  request.taps = !options.dump_dir.empty();
   request.keep_images = !options.render_png.empty() || options.render_picture;
   FrameResult r = engine.detect(spec, base_dir, request);
-  const auto t_output = std::chrono::steady_clock::now();
+  return frame_detections(r, options, parse_seconds,
+                          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
 
+Detections Model::frame_detections(FrameResult& r, const DetectOptions& options, double parse_seconds,
+                                   double started_seconds_ago) {
+  Impl& s = *impl_;
+  const ModelConfig& cfg = s.engine->config();
+  const auto t_output = std::chrono::steady_clock::now();
   Detections d;
   d.stream = r.stream;
   d.timestamp = r.timestamp;
@@ -265,7 +330,7 @@ Detections Model::detect_frame(const Frame& spec, const std::string& base_dir, c
     write_safetensors(path, r.taps.all());
     log_info("dump: ", r.taps.all().size(), " tensors to ", path);
   }
-  if (request.keep_images) {
+  if (!options.render_png.empty() || options.render_picture) {
     RenderInput ri;
     for (size_t i = 0; i < r.images.size(); ++i) ri.cameras.push_back({r.camera_names[i], r.images[i], r.lidar2img[i]});
     ri.detections = r.detections;
@@ -291,7 +356,7 @@ Detections Model::detect_frame(const Frame& spec, const std::string& base_dir, c
       d.picture.bgr.assign(bytes, bytes + picture.nbytes());
     }
   }
-  d.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  d.seconds = started_seconds_ago + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_output).count();
   return d;
 }
 

@@ -41,6 +41,7 @@ namespace bev {
   X(bbox_denormalize)     \
   X(topk)                 \
   X(gather_rows)          \
+  X(gather_rows_multi)    \
   X(scatter_add_rows)     \
   X(concat)               \
   X(permute)              \
@@ -143,9 +144,16 @@ struct PermuteAttrs {
   std::vector<int64_t> order;
 };
 
+// gather_rows_multi's index encoding: source s, row r as (s << 32) | r; -1 is a zero row.
+inline constexpr int64_t gather_multi_index(int64_t source, int64_t row) { return (source << 32) | row; }
+
+struct CountNonfiniteAttrs {
+  int64_t groups = 1;  // x as [groups, rest]: one count per group (per sample of a batch)
+};
+
 using OpAttrs = std::variant<std::monostate, Conv2dAttrs, BottleneckAttrs, DeformConv2dAttrs, LinearAttrs, BatchedMatmulAttrs,
                              LayerNormAttrs, InverseSigmoidAttrs, MsdaAttrs, SamplingLocationsAttrs,
-                             BboxDenormalizeAttrs, TopkAttrs, ConcatAttrs, PermuteAttrs>;
+                             BboxDenormalizeAttrs, TopkAttrs, ConcatAttrs, PermuteAttrs, CountNonfiniteAttrs>;
 
 struct OpNode {
   OpKind kind = OpKind::relu;

@@ -487,11 +487,33 @@ Tensor Ops::concat(const std::vector<Tensor>& parts, int64_t axis, std::string l
   return emit({OpKind::concat, std::move(label), ConcatAttrs{axis}, parts, {output(s, parts.front().dtype())}, nullptr});
 }
 
-Tensor Ops::count_nonfinite(const Tensor& x, std::string label) {
+Tensor Ops::count_nonfinite(const Tensor& x, int64_t groups, std::string label) {
   if (!x.defined() || (x.dtype() != DType::kF32 && x.dtype() != DType::kBF16)) {
     shape_error("count_nonfinite", label, "input " + (x.defined() ? x.describe() : std::string("undefined")), "f32 or bf16");
   }
-  return emit({OpKind::count_nonfinite, std::move(label), {}, {x}, {output({1}, DType::kI64)}, nullptr});
+  if (groups < 1 || x.numel() % groups != 0) {
+    shape_error("count_nonfinite", label, std::to_string(groups) + " groups of " + x.describe(),
+                "a group count that divides the element count");
+  }
+  return emit({OpKind::count_nonfinite, std::move(label), CountNonfiniteAttrs{groups}, {x}, {output({groups}, DType::kI64)},
+               nullptr});
+}
+
+Tensor Ops::gather_rows_multi(const std::vector<Tensor>& srcs, const Tensor& index, std::string label) {
+  const char* op = "gather_rows_multi";
+  expect_rank(op, label, "index", index, 1);
+  if (index.dtype() != DType::kI64) shape_error(op, label, "index is " + index.describe(), "i64");
+  if (srcs.empty()) shape_error(op, label, "no sources", "at least one [N, C] tensor");
+  for (const Tensor& s : srcs) {
+    expect_rank(op, label, "source", s, 2);
+    if (s.size(1) != srcs[0].size(1) || s.dtype() != srcs[0].dtype()) {
+      shape_error(op, label, "sources " + srcs[0].describe() + " and " + s.describe(), "one width and dtype");
+    }
+  }
+  OpNode n{OpKind::gather_rows_multi, std::move(label), {}, {index}, {output({index.size(0), srcs[0].size(1)}, srcs[0].dtype())},
+           nullptr};
+  n.inputs.insert(n.inputs.end(), srcs.begin(), srcs.end());
+  return emit(std::move(n));
 }
 
 Tensor Ops::permute(const Tensor& x, const std::vector<int64_t>& order, std::string label) {

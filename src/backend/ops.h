@@ -118,14 +118,19 @@ class Ops {
   std::pair<Tensor, Tensor> topk(const Tensor& scores, int64_t k, std::string label = {});  // values, i64 indices
   // out[i] = src[index[i]]; index -1 gives a row of zeros (padding).
   Tensor gather_rows(const Tensor& src, const Tensor& index, std::string label = {});
+  // out[i] = srcs[s][r] for index[i] = gather_multi_index(s, r), a zero row for -1: rows taken
+  // from several tensors (one per sample of a batch, each its own buffer) without first copying
+  // them into one. Every source [N_s, C] of one dtype; out [index, C].
+  Tensor gather_rows_multi(const std::vector<Tensor>& srcs, const Tensor& index, std::string label = {});
   // dst[index[i]] += src[i], in place; index -1 skips the row (padding); returns `dst`.
   Tensor scatter_add_rows(const Tensor& src, const Tensor& index, const Tensor& dst, std::string label = {});
   Tensor concat(const std::vector<Tensor>& parts, int64_t axis, std::string label = {});
   Tensor permute(const Tensor& x, const std::vector<int64_t>& order, std::string label = {});  // contiguous copy
-  // i64 [1]: how many values of x (f32 or bf16) are NaN or infinite. A stage ends with one over
-  // what it hands on, so that a frame whose numbers blew up fails, naming the stage, instead of
-  // being answered (and kept as history).
-  Tensor count_nonfinite(const Tensor& x, std::string label = {});
+  // i64 [groups]: how many values of each of x's `groups` equal parts (x as [groups, rest]; f32 or
+  // bf16) are NaN or infinite. A stage ends with one over what it hands on, a group per sample,
+  // so that a frame whose numbers blew up fails, naming the stage, instead of being answered
+  // (and kept as history).
+  Tensor count_nonfinite(const Tensor& x, int64_t groups = 1, std::string label = {});
 
   const std::vector<OpNode>& nodes() const { return nodes_; }
   // Hands the recorded nodes over (to a RecordedStage) and starts a new recording.

@@ -39,30 +39,33 @@ Tensor tsa_forward(Ops& ops, const TsaWeights& w, const DeformAttnConfig& cfg, i
                    const TsaInputs& in, const std::string& label) {
   require(cfg.num_levels == 1, "TSA with " + std::to_string(cfg.num_levels) + " levels", "1 (the BEV is one level)");
   require(num_bev_queue == 2, "TSA num_bev_queue " + std::to_string(num_bev_queue), "2 (previous and current BEV)");
-  const int64_t hw = x.size(0), c = x.size(1), heads = cfg.num_heads, points = cfg.num_points;
+  // rows = batch * hw: the batch's samples one after the other, each its whole BEV.
+  const int64_t rows = x.size(0), c = x.size(1), heads = cfg.num_heads, points = cfg.num_points;
+  const int64_t batch = in.batch, hw = rows / batch;
   const int64_t queue = num_bev_queue;
-  // The two queue entries become two "levels" of one MSDA call: value rows [prev | current],
-  // offsets laid out (head, queue, point, xy) exactly as MSDA's (head, level, point, xy).
-  const Tensor value =
-      ops.linear(ops.concat({in.value0, in.value1}, 0, label + ".value"), w.value_proj, label + ".value_proj")
-          .reshape({1, queue * hw, heads, c / heads});
-  const Tensor query = ops.add(x, in.bev_pos, label + ".query");
+  // The two queue entries become two "levels" of one MSDA call: value rows [prev | current] per
+  // sample, offsets laid out (head, queue, point, xy) exactly as MSDA's (head, level, point, xy).
+  const Tensor stacked = in.value_stack.defined() ? in.value_stack : ops.concat({in.value0, in.value1}, 0, label + ".value");
+  const Tensor value = ops.linear(stacked, w.value_proj, label + ".value_proj").reshape({batch, queue * hw, heads, c / heads});
+  const Tensor query = batch == 1 ? ops.add(x, in.bev_pos, label + ".query")
+                                  : ops.add(x.reshape({batch, hw, c}), in.bev_pos.reshape({1, hw, c}), label + ".query")
+                                        .reshape({rows, c});
   const Tensor qcat = ops.concat({in.value0, query}, 1, label + ".query_cat");
   const Tensor offsets =
-      ops.linear(qcat, w.sampling_offsets, label + ".sampling_offsets").reshape({hw, heads, queue, points, 2});
+      ops.linear(qcat, w.sampling_offsets, label + ".sampling_offsets").reshape({rows, heads, queue, points, 2});
   // Softmax over the points of each queue entry separately (spec §5.2).
   const Tensor weights = ops.softmax(ops.linear(qcat, w.attention_weights, label + ".attention_weights")
-                                         .reshape({hw * heads * queue, points}),
+                                         .reshape({rows * heads * queue, points}),
                                      label + ".attention_softmax")
-                             .reshape({1, hw, heads, queue, points});
+                             .reshape({batch, hw, heads, queue, points});
   SamplingLocationsAttrs la;
   la.spatial_shapes.assign(static_cast<size_t>(queue), {in.bev_h, in.bev_w});
   const Tensor loc = ops.sampling_locations(offsets, in.reference, la, label + ".sampling_locations")
-                         .reshape({1, hw, heads, queue, points, 2});
+                         .reshape({batch, hw, heads, queue, points, 2});
   MsdaAttrs ma;
   ma.spatial_shapes = la.spatial_shapes;
   for (int64_t q = 0; q < queue; ++q) ma.level_start.push_back(q * hw);
-  const Tensor summed = ops.msda(value, loc, weights, ma, label + ".msda").reshape({hw, c});
+  const Tensor summed = ops.msda(value, loc, weights, ma, label + ".msda").reshape({rows, c});
   const Tensor mean = ops.mul(summed, scalar(ops, 1.0f / static_cast<float>(queue)), label + ".queue_mean");
   return ops.add(x, ops.linear(mean, w.output_proj, label + ".output_proj"), label);
 }
@@ -112,11 +115,16 @@ MhaWeights load_mha(Ops& ops, const WeightSource& w, const std::string& p, int e
 }
 
 Tensor mha_forward(Ops& ops, const MhaWeights& w, int num_heads, const Tensor& x, const Tensor& pos,
-                   const std::string& label) {
-  const int64_t q_len = x.size(0), c = x.size(1), hd = c / num_heads;
-  const Tensor qk = ops.add(x, pos, label + ".query");
+                   const std::string& label, int64_t batch) {
+  const int64_t rows = x.size(0), q_len = rows / batch, c = x.size(1), hd = c / num_heads;
+  const Tensor qk = batch == 1 ? ops.add(x, pos, label + ".query")
+                               : ops.add(x.reshape({batch, q_len, c}), pos.reshape({1, q_len, c}), label + ".query")
+                                     .reshape({rows, c});
+  // [B*Q, C] -> [B*heads, Q, hd]: each sample's heads attend within the sample.
   auto heads = [&](const Tensor& t, const std::string& name) {
-    return ops.permute(t.reshape({q_len, num_heads, hd}), {1, 0, 2}, label + "." + name + "_heads");
+    if (batch == 1) return ops.permute(t.reshape({q_len, num_heads, hd}), {1, 0, 2}, label + "." + name + "_heads");
+    return ops.permute(t.reshape({batch, q_len, num_heads, hd}), {0, 2, 1, 3}, label + "." + name + "_heads")
+        .reshape({batch * num_heads, q_len, hd});
   };
   const Tensor q = heads(ops.linear(qk, w.q_proj, label + ".q_proj"), "q");
   const Tensor k = heads(ops.linear(qk, w.k_proj, label + ".k_proj"), "k");
@@ -124,8 +132,10 @@ Tensor mha_forward(Ops& ops, const MhaWeights& w, int num_heads, const Tensor& x
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const Tensor attn = ops.softmax(ops.batched_matmul(q, k, {.transpose_b = true, .scale = scale}, label + ".scores"),
                                   label + ".softmax");
-  const Tensor ctx = ops.permute(ops.batched_matmul(attn, v, {}, label + ".context"), {1, 0, 2}, label + ".merge")
-                         .reshape({q_len, c});
+  const Tensor context = ops.batched_matmul(attn, v, {}, label + ".context");
+  const Tensor ctx = batch == 1 ? ops.permute(context, {1, 0, 2}, label + ".merge").reshape({q_len, c})
+                                : ops.permute(context.reshape({batch, num_heads, q_len, hd}), {0, 2, 1, 3}, label + ".merge")
+                                      .reshape({rows, c});
   return ops.add(x, ops.linear(ctx, w.out_proj, label + ".out_proj"), label);
 }
 
@@ -138,23 +148,25 @@ DecoderCrossWeights load_decoder_cross(Ops& ops, const WeightSource& w, const st
 
 Tensor decoder_cross_forward(Ops& ops, const DecoderCrossWeights& w, const DeformAttnConfig& cfg, const Tensor& x,
                              const Tensor& pos, const Tensor& value, const Tensor& reference, int bev_h, int bev_w,
-                             const std::string& label) {
+                             const std::string& label, int64_t batch) {
   require(cfg.num_levels == 1, "decoder cross-attention with " + std::to_string(cfg.num_levels) + " levels",
           "1 (the BEV is one level)");
-  const int64_t q_len = x.size(0), c = x.size(1), heads = cfg.num_heads, points = cfg.num_points;
-  const Tensor query = ops.add(x, pos, label + ".query");
+  const int64_t rows = x.size(0), q_len = rows / batch, c = x.size(1), heads = cfg.num_heads, points = cfg.num_points;
+  const Tensor query = batch == 1 ? ops.add(x, pos, label + ".query")
+                                  : ops.add(x.reshape({batch, q_len, c}), pos.reshape({1, q_len, c}), label + ".query")
+                                        .reshape({rows, c});
   const Tensor offsets =
-      ops.linear(query, w.sampling_offsets, label + ".sampling_offsets").reshape({q_len, heads, 1, points, 2});
+      ops.linear(query, w.sampling_offsets, label + ".sampling_offsets").reshape({rows, heads, 1, points, 2});
   const Tensor weights = ops.softmax(ops.linear(query, w.attention_weights, label + ".attention_weights")
-                                         .reshape({q_len * heads, points}),
+                                         .reshape({rows * heads, points}),
                                      label + ".attention_softmax")
-                             .reshape({1, q_len, heads, 1, points});
+                             .reshape({batch, q_len, heads, 1, points});
   SamplingLocationsAttrs la;
   la.spatial_shapes = {{bev_h, bev_w}};
-  const Tensor loc = ops.sampling_locations(offsets, reference.reshape({q_len, 1, 1, 3}), la,
+  const Tensor loc = ops.sampling_locations(offsets, reference.reshape({rows, 1, 1, 3}), la,
                                             label + ".sampling_locations")
-                         .reshape({1, q_len, heads, 1, points, 2});
-  const Tensor out = ops.msda(value, loc, weights, {la.spatial_shapes, {0}}, label + ".msda").reshape({q_len, c});
+                         .reshape({batch, q_len, heads, 1, points, 2});
+  const Tensor out = ops.msda(value, loc, weights, {la.spatial_shapes, {0}}, label + ".msda").reshape({rows, c});
   return ops.add(x, ops.linear(out, w.output_proj, label + ".output_proj"), label);
 }
 

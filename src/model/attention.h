@@ -35,11 +35,15 @@ struct TsaWeights {
 TsaWeights load_tsa(Ops& ops, const WeightSource& w, const std::string& prefix);
 
 struct TsaInputs {
-  Tensor value0;     // [HW, C]: the rotated previous BEV, or the layer input without history
-  Tensor value1;     // [HW, C]: the encoder's input query with history, else the layer input
+  Tensor value0;     // [B*HW, C]: the rotated previous BEV, or the layer input without history
+  Tensor value1;     // [HW, C]: the encoder's input query with history, else the layer input (B = 1)
+  // B > 1: the value rows already stacked per sample, [B*2*HW, C] = for each sample its value0
+  // then its value1 (samples with and without history differ, so the caller gathers them).
+  Tensor value_stack;
   Tensor bev_pos;    // [HW, C]
-  Tensor reference;  // f32 [HW, queue, 1, 2]: hybrid reference points (geometry.h tsa_reference)
+  Tensor reference;  // f32 [B*HW, queue, 1, 2]: hybrid reference points (geometry.h tsa_reference)
   int bev_h = 0, bev_w = 0;
+  int64_t batch = 1;
 };
 // query x [HW, C] -> x + output_proj(mean over queues of MSDA(value_q, ref_q + offsets))
 Tensor tsa_forward(Ops& ops, const TsaWeights& w, const DeformAttnConfig& cfg, int num_bev_queue, const Tensor& x,
@@ -73,8 +77,9 @@ struct MhaWeights {
 };
 MhaWeights load_mha(Ops& ops, const WeightSource& w, const std::string& prefix, int embed_dims);
 // x [Q, C]: q = k = x + pos, v = x; softmax(q k^T / sqrt(hd)) v per head, out_proj, + x.
+// x [B*Q, C] (B samples of Q queries), pos [Q, C].
 Tensor mha_forward(Ops& ops, const MhaWeights& w, int num_heads, const Tensor& x, const Tensor& pos,
-                   const std::string& label);
+                   const std::string& label, int64_t batch = 1);
 
 // CustomMSDeformableAttention: `<p>.{sampling_offsets, attention_weights, value_proj, output_proj}`.
 struct DecoderCrossWeights {
@@ -83,8 +88,9 @@ struct DecoderCrossWeights {
 DecoderCrossWeights load_decoder_cross(Ops& ops, const WeightSource& w, const std::string& prefix);
 // x [Q, C], pos [Q, C], value [1, HW, heads, hd] (value_proj of the BEV), reference [Q, 3]
 // (sigmoid space; x, y used) -> x + output_proj(MSDA(value, ref + offsets(x + pos))).
+// x [B*Q, C], pos [Q, C], value [B, HW, heads, hd], reference [B*Q, 3].
 Tensor decoder_cross_forward(Ops& ops, const DecoderCrossWeights& w, const DeformAttnConfig& cfg, const Tensor& x,
                              const Tensor& pos, const Tensor& value, const Tensor& reference, int bev_h, int bev_w,
-                             const std::string& label);
+                             const std::string& label, int64_t batch = 1);
 
 }  // namespace bev

@@ -132,7 +132,9 @@ void BevFormer::tap_geometry(const BevStepInputs& s, const RigGeometry& rig, Tap
 }
 
 ImageOutputs BevFormer::image_stage(Ops& o, const Tensor& img, Taps* taps) const {
-  const int64_t cams = img.size(0), c = cfg_.transformer.embed_dims, heads = cfg_.transformer.sca.num_heads;
+  // B frames of `cams` cameras; each frame's cameras take the learned embedding of their slot.
+  const int64_t images = img.size(0), cams = cfg_.transformer.num_cams, batch = images / cams;
+  const int64_t c = cfg_.transformer.embed_dims, heads = cfg_.transformer.sca.num_heads;
   o.set_stage("img.stem");
   const std::vector<Tensor> feats = resnet_forward(o, resnet_, cfg_.backbone, img);
   const std::vector<Tensor> levels = fpn_forward(o, fpn_, cfg_.neck, feats);
@@ -147,19 +149,23 @@ ImageOutputs BevFormer::image_stage(Ops& o, const Tensor& img, Taps* taps) const
   std::vector<int64_t> starts;
   std::vector<Tensor> flat;
   int64_t total = 0;
-  const Tensor cam_rows = cams_embeds_.reshape({cams, 1, c});
+  const Tensor cam_rows = batch == 1 ? cams_embeds_.reshape({cams, 1, c}) : cams_embeds_.reshape({1, cams, 1, c});
   for (size_t l = 0; l < levels.size(); ++l) {
     const int64_t h = levels[l].size(1), w = levels[l].size(2);
     shapes.emplace_back(h, w);
     starts.push_back(total);
     total += h * w;
-    Tensor f = levels[l].reshape({cams, h * w, c});
-    if (cfg_.transformer.use_cams_embeds) f = o.add(f, cam_rows, "feat_flatten.cams_embeds." + std::to_string(l));
+    Tensor f = levels[l].reshape({images, h * w, c});
+    if (cfg_.transformer.use_cams_embeds) {
+      f = batch == 1 ? o.add(f, cam_rows, "feat_flatten.cams_embeds." + std::to_string(l))
+                     : o.add(f.reshape({batch, cams, h * w, c}), cam_rows, "feat_flatten.cams_embeds." + std::to_string(l))
+                           .reshape({images, h * w, c});
+    }
     flat.push_back(o.add_rows(f, level_embeds_[l], "feat_flatten.level_embeds." + std::to_string(l)));
   }
   const Tensor feat = flat.size() == 1 ? flat[0] : o.concat(flat, 1, "feat_flatten");
   ImageOutputs out;
-  out.nonfinite = o.count_nonfinite(feat, "feat_flatten.nonfinite");
+  out.nonfinite = o.count_nonfinite(feat, batch, "feat_flatten.nonfinite");
   if (taps) {
     std::vector<int64_t> ss;
     for (const auto& [h, w] : shapes) {
@@ -174,7 +180,7 @@ ImageOutputs BevFormer::image_stage(Ops& o, const Tensor& img, Taps* taps) const
     ScaInputs s;
     s.value = o.linear(feat, encoder_.layers[i].sca.value_proj,
                        "encoder.layers." + std::to_string(i) + ".attentions.1.deformable_attention.value_proj")
-                  .reshape({cams, total, heads, c / heads});
+                  .reshape({images, total, heads, c / heads});
     s.spatial_shapes = shapes;
     s.level_start = starts;
     sca.push_back(std::move(s));
@@ -183,15 +189,16 @@ ImageOutputs BevFormer::image_stage(Ops& o, const Tensor& img, Taps* taps) const
 }
 
 BevOutputs BevFormer::bev_stage(Ops& o, const EncoderInputs& in, Taps* taps) const {
-  const int64_t hw = int64_t{cfg_.head.bev_h} * cfg_.head.bev_w, c = cfg_.transformer.embed_dims;
+  const int64_t hw = int64_t{cfg_.head.bev_h} * cfg_.head.bev_w, c = cfg_.transformer.embed_dims, batch = in.batch;
+  if (batch > 1 && taps) throw Error(ErrorKind::kInternal, "taps of a batched bev stage");
   BevOutputs r;
   r.bev_embed = encoder_forward(o, encoder_, cfg_, in, taps);
-  r.nonfinite = o.count_nonfinite(r.bev_embed, "bev_embed.nonfinite");  // stage enc.out
+  r.nonfinite = o.count_nonfinite(r.bev_embed, batch, "bev_embed.nonfinite");  // stage enc.out
   if (taps) taps->put("bev_embed", r.bev_embed.reshape({hw, 1, c}));
   const DecoderOutputs dec = decoder_forward(o, decoder_, head_, cfg_, r.bev_embed, taps);
 
   o.set_stage("dec.heads");
-  const int64_t q_len = decoder_.query.size(0), layers = static_cast<int64_t>(dec.states.size());
+  const int64_t q_len = decoder_.query.size(0) * batch, layers = static_cast<int64_t>(dec.states.size());
   const int64_t classes = cfg_.head.num_classes, code = cfg_.head.code_size;
   const BboxDenormalizeAttrs denorm = bbox_denormalize_attrs(cfg_.head.pc_range);
   std::vector<Tensor> cls, preds;
@@ -207,8 +214,14 @@ BevOutputs BevFormer::bev_stage(Ops& o, const EncoderInputs& in, Taps* taps) con
   r.all_preds = (layers == 1 ? preds[0] : o.concat(preds, 0, "all_bbox_preds")).reshape({layers, q_len, code});
   r.last_preds = preds.back().reshape({q_len, code});
   const Tensor scores = o.sigmoid(cls.back().reshape({q_len * classes}), "scores");
-  const int64_t k = std::min<int64_t>(cfg_.head.max_num, q_len * classes);
-  std::tie(r.top_scores, r.top_index) = o.topk(scores, k, "topk");
+  // One top-k per sample, over its own queries' scores.
+  const int64_t per_sample = q_len / batch * classes, k = std::min<int64_t>(cfg_.head.max_num, per_sample);
+  for (int64_t b = 0; b < batch; ++b) {
+    const Tensor sample_scores = batch == 1 ? scores : scores.slice(0, b * per_sample, (b + 1) * per_sample);
+    auto [values, index] = o.topk(sample_scores, k, batch == 1 ? "topk" : "topk." + std::to_string(b));
+    r.top_scores.push_back(values);
+    r.top_index.push_back(index);
+  }
   if (taps) {
     taps->put("all_cls_scores", r.all_cls.reshape({layers, 1, q_len, classes}));
     taps->put("all_bbox_preds", r.all_preds.reshape({layers, 1, q_len, code}));

@@ -53,20 +53,22 @@ struct BevStepInputs {
   Tensor rotation_index;          // i64 [HW] (with history): source cell of the rotated previous BEV
 };
 
-// The image stage's results, in backend memory.
+// The image stage's results, in backend memory (B frames: [B*cams, ...], each frame's cameras
+// together).
 struct ImageOutputs {
   std::vector<ScaInputs> sca;  // every encoder layer's SCA values
-  Tensor nonfinite;            // i64 [1]: NaN/inf among the flattened camera features (0 for a sound frame)
+  Tensor nonfinite;            // i64 [B]: NaN/inf among each frame's flattened camera features (0 for a sound frame)
 };
 
-// The bev stage's results, in backend memory.
+// The bev stage's results, in backend memory. B frames: each sample's rows together ([B*HW, C],
+// [layers, B*Q, ...]) and one top-k per sample.
 struct BevOutputs {
-  Tensor bev_embed;   // [HW, C]: the encoder output, the next frame's previous BEV
-  Tensor all_cls;     // [layers, Q, classes]: logits
-  Tensor all_preds;   // [layers, Q, code]: centres in metres (spec §2.13)
-  Tensor last_preds;  // [Q, code]
-  Tensor top_scores, top_index;  // the NMS-free top-k of the last layer's sigmoid scores
-  Tensor nonfinite;   // i64 [1]: NaN/inf in bev_embed (0 for a sound frame; else it must not become history)
+  Tensor bev_embed;   // [B*HW, C]: the encoder output, the next frame's previous BEV
+  Tensor all_cls;     // [layers, B*Q, classes]: logits
+  Tensor all_preds;   // [layers, B*Q, code]: centres in metres (spec §2.13)
+  Tensor last_preds;  // [B*Q, code]
+  std::vector<Tensor> top_scores, top_index;  // per sample: the NMS-free top-k of the last layer's sigmoid scores
+  Tensor nonfinite;   // i64 [B]: NaN/inf in each sample's bev_embed (0 for a sound frame; else it must not become history)
 };
 
 class BevFormer {
@@ -90,9 +92,10 @@ class BevFormer {
   // dbg.bev_mask, dbg.bev_mask_count).
   void tap_geometry(const BevStepInputs& step, const RigGeometry& rig, Taps& taps) const;
 
-  // The image stage on img [N, H, W, 3] (a backend tensor): every encoder layer's SCA values.
+  // The image stage on img [B*N, H, W, 3] (a backend tensor; B frames of N cameras): every encoder
+  // layer's SCA values.
   ImageOutputs image_stage(Ops& o, const Tensor& img, Taps* taps) const;
-  // The bev stage: encoder, decoder, heads and the top-k.
+  // The bev stage: encoder, decoder, heads and the top-k, for in.batch frames (taps: batch 1 only).
   BevOutputs bev_stage(Ops& o, const EncoderInputs& in, Taps* taps) const;
   // NMSFreeCoder on the host copies of the top-k and the last layer's boxes.
   std::vector<Detection> decode(const Tensor& top_scores, const Tensor& top_index, const Tensor& last_preds) const;

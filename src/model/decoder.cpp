@@ -37,31 +37,36 @@ DecoderWeights load_decoder(Ops& ops, const WeightSource& w, const ModelConfig& 
 DecoderOutputs decoder_forward(Ops& ops, const DecoderWeights& w, const HeadWeights& head, const ModelConfig& cfg,
                                const Tensor& bev_embed, Taps* taps) {
   const TransformerConfig& t = cfg.transformer;
-  const int64_t hw = bev_embed.size(0), c = t.embed_dims, q_len = w.query.size(0);
-  const int64_t heads = t.decoder_cross.num_heads;
+  const int64_t hw = int64_t{cfg.head.bev_h} * cfg.head.bev_w, c = t.embed_dims, q_len = w.query.size(0);
+  const int64_t heads = t.decoder_cross.num_heads, batch = bev_embed.size(0) / hw;
+  // B copies of a per-query tensor: every sample's decoder starts from the same queries.
+  auto per_sample = [&](const Tensor& t_in, const std::string& label) {
+    return batch == 1 ? t_in : ops.concat(std::vector<Tensor>(static_cast<size_t>(batch), t_in), 0, label);
+  };
 
   ops.set_stage("dec.value_proj");
   std::vector<Tensor> values;
   for (size_t i = 0; i < w.layers.size(); ++i) {
     values.push_back(ops.linear(bev_embed, w.layers[i].cross.value_proj,
                                 "decoder.layers." + std::to_string(i) + ".attentions.1.value_proj")
-                         .reshape({1, hw, heads, c / heads}));
+                         .reshape({batch, hw, heads, c / heads}));
   }
-  Tensor reference = ops.sigmoid(ops.linear(w.query_pos, w.reference_points, "reference_points"), "init_reference");
+  Tensor reference = per_sample(
+      ops.sigmoid(ops.linear(w.query_pos, w.reference_points, "reference_points"), "init_reference"), "init_reference.batch");
   if (taps) taps->put("dbg.init_reference", reference.reshape({1, q_len, 3}));
 
   DecoderOutputs out;
-  Tensor x = w.query;
+  Tensor x = per_sample(w.query, "query.batch");
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const DecoderLayerWeights& l = w.layers[i];
     const std::string stage = "dec" + std::to_string(i);
     const std::string p = "decoder.layers." + std::to_string(i);
     ops.set_stage(stage + ".self");
-    x = mha_forward(ops, l.self_attn, t.decoder_self_attn_heads, x, w.query_pos, p + ".attentions.0");
+    x = mha_forward(ops, l.self_attn, t.decoder_self_attn_heads, x, w.query_pos, p + ".attentions.0", batch);
     x = layer_norm_forward(ops, l.norms[0], x, p + ".norms.0");
     ops.set_stage(stage + ".cross");
     x = decoder_cross_forward(ops, l.cross, t.decoder_cross, x, w.query_pos, values[i], reference, cfg.head.bev_h,
-                              cfg.head.bev_w, p + ".attentions.1");
+                              cfg.head.bev_w, p + ".attentions.1", batch);
     x = layer_norm_forward(ops, l.norms[1], x, p + ".norms.1");
     ops.set_stage(stage + ".ffn");
     x = layer_norm_forward(ops, l.norms[2], ffn_forward(ops, l.ffn, x, p + ".ffns.0"), p + ".norms.2");

@@ -40,8 +40,9 @@ struct DecoderOutputs {
   std::vector<Tensor> references; // per layer [Q, 3]: the reference after the layer (inter_references)
 };
 
-// bev_embed [HW, C] -> per-layer states, box codes and references. Taps: dbg.init_reference,
-// dbg.inter_states, dbg.inter_references.
+// bev_embed [B*HW, C] (B samples) -> per-layer states, box codes and references, [B*Q, ...] with
+// each sample's queries together. Taps (B = 1): dbg.init_reference, dbg.inter_states,
+// dbg.inter_references.
 DecoderOutputs decoder_forward(Ops& ops, const DecoderWeights& w, const HeadWeights& head, const ModelConfig& cfg,
                                const Tensor& bev_embed, Taps* taps);
 

@@ -58,16 +58,23 @@ EncoderWeights load_encoder(Ops& ops, const WeightSource& w, const ModelConfig& 
 Tensor encoder_forward(Ops& ops, const EncoderWeights& w, const ModelConfig& cfg, const EncoderInputs& in, Taps* taps) {
   const TransformerConfig& t = cfg.transformer;
   const int bev_h = cfg.head.bev_h, bev_w = cfg.head.bev_w;
-  const int64_t hw = int64_t{bev_h} * bev_w, c = t.embed_dims;
+  const int64_t hw = int64_t{bev_h} * bev_w, c = t.embed_dims, batch = in.batch;
 
   // enc.queries: bev_embedding + can_bus_mlp(can_bus); the previous BEV rotated into this frame.
   ops.set_stage("enc.queries");
   Tensor bev_query = w.queries.bev_embedding;
+  if (batch > 1) {
+    // Every sample starts from the same learned queries: B copies, each then shifted by its own
+    // CAN-bus embedding below.
+    bev_query = ops.concat(std::vector<Tensor>(static_cast<size_t>(batch), bev_query), 0, "bev_embedding.batch");
+  }
   if (t.use_can_bus) {
     Tensor can = ops.linear(ops.linear(in.can_bus, w.queries.can_bus_fc1, "can_bus_mlp.0"), w.queries.can_bus_fc2,
                             "can_bus_mlp.2");
     if (t.can_bus_norm) can = layer_norm_forward(ops, w.queries.can_bus_norm, can, "can_bus_mlp.norm");
-    bev_query = ops.add_rows(bev_query, can.reshape({c}), "bev_queries");
+    bev_query = batch == 1 ? ops.add_rows(bev_query, can.reshape({c}), "bev_queries")
+                           : ops.add(bev_query.reshape({batch, hw, c}), can.reshape({batch, 1, c}), "bev_queries")
+                                 .reshape({batch * hw, c});
   }
   Tensor prev;
   if (in.prev_bev.defined()) {
@@ -86,8 +93,19 @@ Tensor encoder_forward(Ops& ops, const EncoderWeights& w, const ModelConfig& cfg
     const std::string p = "encoder.layers." + std::to_string(i);
     ops.set_stage(stage + ".tsa");
     TsaInputs tsa_in;
-    tsa_in.value0 = prev.defined() ? prev : x;
-    tsa_in.value1 = prev.defined() ? bev_query : x;
+    if (batch == 1) {
+      tsa_in.value0 = prev.defined() ? prev : x;
+      tsa_in.value1 = prev.defined() ? bev_query : x;
+    } else {
+      // Each sample's rows from its previous BEV (rotated by the index) and the queries, or, for
+      // a first frame, the layer input twice: gathered, since the kinds mix in one batch.
+      std::vector<Tensor> sources = in.prev_bevs;
+      sources.push_back(bev_query);
+      sources.push_back(x);
+      tsa_in.value_stack = ops.gather_rows_multi(sources, in.value_index, p + ".attentions.0.value_stack");
+      tsa_in.value0 = ops.gather_rows_multi(sources, in.value0_index, p + ".attentions.0.value0");
+      tsa_in.batch = batch;
+    }
     tsa_in.bev_pos = w.queries.bev_pos;
     tsa_in.reference = in.tsa_reference;
     tsa_in.bev_h = bev_h;

@@ -37,13 +37,21 @@ struct EncoderWeights {
 
 EncoderWeights load_encoder(Ops& ops, const WeightSource& w, const ModelConfig& cfg);
 
-// The per-frame inputs of the bev stage that the host prepared (geometry.h).
+// The per-frame inputs of the bev stage that the host prepared (geometry.h). One frame (batch 1)
+// or a batch of frames of different streams, each sample's rows one after the other.
 struct EncoderInputs {
-  Tensor can_bus;          // f32 [1, 18] after the test-time delta
-  Tensor prev_bev;         // [HW, C] the previous frame's bev_embed, or undefined (no history)
-  Tensor rotation_index;   // i64 [HW]: source cell of the rotated previous BEV (-1: zero)
-  Tensor tsa_reference;    // f32 [HW, 2, 1, 2]
-  std::vector<ScaInputs> sca;  // per layer: that layer's camera values and the frame's SCA plan
+  Tensor can_bus;          // f32 [B, 18] after the test-time delta
+  Tensor prev_bev;         // B = 1: [HW, C] the previous frame's bev_embed, or undefined (no history)
+  Tensor rotation_index;   // B = 1: i64 [HW]: source cell of the rotated previous BEV (-1: zero)
+  Tensor tsa_reference;    // f32 [B*HW, 2, 1, 2]
+  std::vector<ScaInputs> sca;  // per layer: that layer's camera values and the frames' SCA lists
+  // B > 1, where samples with history and first frames mix: every sample's previous BEV (its own
+  // stream's buffer; unread for a first frame), and TSA's value rows as gather_rows_multi indices
+  // into [prev_bevs[0..B), the encoder's input query, the layer input] (sources 0..B-1, B, B+1):
+  // value_index [B*2*HW] the stacked value0|value1 of each sample, value0_index [B*HW] value0.
+  int64_t batch = 1;
+  std::vector<Tensor> prev_bevs;
+  Tensor value_index, value0_index;
 };
 
 // -> bev_embed [HW, C]. Taps: dbg.bev_query_in, dbg.bev_pos, dbg.prev_bev_rotated, dbg.enc_layer.{i}.

@@ -138,6 +138,7 @@ double flops_per_output_element(OpKind kind) {
     case OpKind::zeros:
     case OpKind::topk:
     case OpKind::gather_rows:
+    case OpKind::gather_rows_multi:
     case OpKind::concat:
     case OpKind::permute:
     case OpKind::count_nonfinite:  // one integer test per input value, no arithmetic
@@ -218,6 +219,8 @@ double op_bytes(const OpNode& n, Precision precision) {
     }
     case OpKind::gather_rows:  // the index, the rows read, the rows written
       return nbytes(n.inputs[1]) + 2 * out;
+    case OpKind::gather_rows_multi:  // inputs[0] is the index
+      return nbytes(n.inputs[0]) + 2 * out;
     case OpKind::scatter_add_rows:  // src, index, and the destination rows read and written
       return in + 2 * nbytes(n.inputs[0]);
     default:

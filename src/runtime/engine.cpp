@@ -1,6 +1,8 @@
 #include "runtime/engine.h"
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <mutex>
 
 #include "backend/ops.h"
@@ -56,35 +58,22 @@ StageRunner& Engine::runner() { return *impl_->runner; }
 StreamRegistry& Engine::streams() { return *impl_->streams; }
 const EngineOptions& Engine::options() const { return impl_->options; }
 
-FrameResult Engine::detect(const Frame& spec, const std::string& base_dir, const DetectRequest& request) {
-  Impl& s = *impl_;
-  const auto t0 = std::chrono::steady_clock::now();
-  PreparedFrame frame;
-  {
-    // ThreadPool::parallel_for is not for concurrent callers (frames of several streams at once
-    // deadlock it): a frame that finds the pool taken decodes its images on its own thread, so
-    // concurrent frames still overlap their preparation.
-    std::unique_lock pool_lock(s.prepare_pool_mu, std::try_to_lock);
-    frame = prepare_frame(spec, config(), base_dir, pool_lock.owns_lock() ? s.prepare_pool.get() : nullptr);
-  }
+namespace {
+
+// The frame's own fields of its result, before it runs.
+FrameResult begin_result(const Frame& spec, const PreparedFrame& frame, double prepare_seconds) {
   FrameResult r;
-  r.prepare_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.prepare_seconds = prepare_seconds;
   r.stream = frame.stream;
   r.timestamp = frame.timestamp;
   r.scene = frame.scene;
   r.token = spec.token;
   if (frame.T_world_from_ego) r.poses = FramePoses{*frame.T_world_from_ego, frame.T_ego_from_lidar};
-  FrameReads reads;
-  if (request.taps) reads.taps = &r.taps;
-  FrameOutput out;
-  {
-    StreamRegistry::Lease lease = s.streams->acquire(frame.stream);
-    r.history_reset = lease.begin_frame(frame.timestamp, frame.input.scene_token);
-    if (!r.history_reset.empty()) log_info("stream ", frame.stream, ": history dropped: ", r.history_reset);
-    r.frame_index = static_cast<int64_t>(lease.frames());
-    out = s.runner->forward(frame.input, lease.history(), reads);
-    lease.end_frame(frame.timestamp);
-  }
+  return r;
+}
+
+// What the runner answered, into the result.
+void finish_result(FrameResult& r, FrameOutput& out, PreparedFrame& frame, const DetectRequest& request) {
   r.used_history = out.used_history;
   r.detections = std::move(out.detections);
   r.geometry_seconds = out.geometry_seconds;
@@ -96,7 +85,130 @@ FrameResult Engine::detect(const Frame& spec, const std::string& base_dir, const
     r.images = std::move(frame.images);
     r.lidar2img = std::move(frame.lidar2img_original);
   }
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+PreparedFrame Engine::prepare(const Frame& spec, const std::string& base_dir) {
+  Impl& s = *impl_;
+  // ThreadPool::parallel_for is not for concurrent callers (frames of several streams at once
+  // deadlock it): a frame that finds the pool taken decodes its images on its own thread, so
+  // concurrent frames still overlap their preparation.
+  std::unique_lock pool_lock(s.prepare_pool_mu, std::try_to_lock);
+  return prepare_frame(spec, config(), base_dir, pool_lock.owns_lock() ? s.prepare_pool.get() : nullptr);
+}
+
+FrameResult Engine::detect(const Frame& spec, const std::string& base_dir, const DetectRequest& request) {
+  Impl& s = *impl_;
+  const auto t0 = std::chrono::steady_clock::now();
+  PreparedFrame frame = prepare(spec, base_dir);
+  FrameResult r = begin_result(spec, frame, seconds_since(t0));
+  FrameReads reads;
+  if (request.taps) reads.taps = &r.taps;
+  FrameOutput out;
+  {
+    StreamRegistry::Lease lease = s.streams->acquire(frame.stream);
+    r.history_reset = lease.begin_frame(frame.timestamp, frame.input.scene_token);
+    if (!r.history_reset.empty()) log_info("stream ", frame.stream, ": history dropped: ", r.history_reset);
+    r.frame_index = static_cast<int64_t>(lease.frames());
+    out = s.runner->forward(frame.input, lease.history(), reads);
+    lease.end_frame(frame.timestamp);
+  }
+  finish_result(r, out, frame, request);
   return r;
+}
+
+std::vector<std::vector<size_t>> batch_rounds(const std::vector<std::string>& streams, int max_batch) {
+  const size_t cap = static_cast<size_t>(std::max(1, max_batch));
+  std::vector<std::vector<size_t>> rounds;
+  std::map<std::string, size_t> next_round;  // per stream: the earliest round its next frame may join
+  for (size_t i = 0; i < streams.size(); ++i) {
+    size_t r = next_round[streams[i]];
+    while (r < rounds.size() && rounds[r].size() >= cap) ++r;
+    if (r == rounds.size()) rounds.emplace_back();
+    rounds[r].push_back(i);
+    next_round[streams[i]] = r + 1;
+  }
+  return rounds;
+}
+
+std::vector<Engine::Outcome> Engine::detect_batch(const std::vector<const Frame*>& frames, const std::string& base_dir,
+                                                  const DetectRequest& request, int max_batch) {
+  Impl& s = *impl_;
+  std::vector<Outcome> outcomes(frames.size());
+  std::vector<PreparedFrame> prepared(frames.size());
+  std::vector<std::string> streams(frames.size());
+  std::vector<bool> ready(frames.size(), false);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      prepared[i] = prepare(*frames[i], base_dir);
+      outcomes[i].result = begin_result(*frames[i], prepared[i], seconds_since(t0));
+      ready[i] = true;
+    } catch (...) {
+      outcomes[i].error = std::current_exception();
+    }
+    // A frame that failed to prepare still holds its stream's place in the order.
+    streams[i] = ready[i] ? prepared[i].stream : frames[i]->stream;
+  }
+  for (const std::vector<size_t>& round : batch_rounds(streams, request.taps ? 1 : max_batch)) {
+    std::vector<size_t> run;
+    for (const size_t i : round) {
+      if (ready[i]) run.push_back(i);
+    }
+    if (run.empty()) continue;
+    // Leases in stream order, so that two callers batching the same streams cannot each hold
+    // one the other waits for.
+    std::vector<size_t> by_stream = run;
+    std::sort(by_stream.begin(), by_stream.end(), [&](size_t a, size_t b) { return streams[a] < streams[b]; });
+    std::map<size_t, StreamRegistry::Lease> leases;
+    std::vector<size_t> leased;
+    for (const size_t i : by_stream) {
+      try {
+        leases.emplace(i, s.streams->acquire(streams[i]));
+        leased.push_back(i);
+      } catch (...) {
+        outcomes[i].error = std::current_exception();
+      }
+    }
+    std::vector<BatchSample> samples;
+    std::vector<size_t> sample_frame;
+    for (const size_t i : run) {
+      const auto it = leases.find(i);
+      if (it == leases.end()) continue;
+      FrameResult& r = outcomes[i].result;
+      r.history_reset = it->second.begin_frame(prepared[i].timestamp, prepared[i].input.scene_token);
+      if (!r.history_reset.empty()) log_info("stream ", streams[i], ": history dropped: ", r.history_reset);
+      r.frame_index = static_cast<int64_t>(it->second.frames());
+      samples.push_back({&prepared[i].input, &it->second.history()});
+      sample_frame.push_back(i);
+    }
+    if (samples.empty()) continue;
+    FrameReads reads;
+    if (request.taps) reads.taps = &outcomes[sample_frame[0]].result.taps;  // one frame per round
+    std::vector<SampleOutput> out;
+    try {
+      out = s.runner->forward_batch(samples, reads);
+    } catch (...) {
+      for (const size_t i : sample_frame) outcomes[i].error = std::current_exception();
+      continue;
+    }
+    for (size_t k = 0; k < samples.size(); ++k) {
+      const size_t i = sample_frame[k];
+      if (out[k].error) {
+        outcomes[i].error = out[k].error;
+        continue;
+      }
+      leases.at(i).end_frame(prepared[i].timestamp);
+      outcomes[i].batch_size = out[k].batch_size;
+      finish_result(outcomes[i].result, out[k].output, prepared[i], request);
+    }
+  }
+  return outcomes;
 }
 
 }  // namespace bev

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,6 +61,11 @@ struct FrameResult {
   double prepare_seconds = 0, geometry_seconds = 0, image_seconds = 0, bev_seconds = 0, decode_seconds = 0;
 };
 
+// Frames (by their streams, in order) into batches: each stream's frames in order, one per
+// batch, a frame in the earliest batch after its stream's previous one that has room for it
+// (at most max_batch frames). Returns the frames' indices per batch.
+std::vector<std::vector<size_t>> batch_rounds(const std::vector<std::string>& streams, int max_batch);
+
 class Engine {
  public:
   // The one factory: the backend by name (Error(kUnsupported) naming what is missing), the
@@ -87,8 +93,22 @@ class Engine {
   // streams may run concurrently (each stage one frame at a time).
   FrameResult detect(const Frame& spec, const std::string& base_dir, const DetectRequest& request = {});
 
+  // Frames of several streams, batched (StageRunner::forward_batch): each stream's frames run
+  // in the order given, one per batch; a batch takes the earliest frames of distinct streams,
+  // at most max_batch of them. One outcome per frame, in the order given: a frame that fails
+  // (bad input, a stage's non-finite numbers) has its error and leaves its stream's history as
+  // it was; the others are answered. Taps (request.taps) run the frames one at a time.
+  struct Outcome {
+    FrameResult result;
+    std::exception_ptr error;
+    int64_t batch_size = 0;  // frames that ran in its batch (0: it failed before running)
+  };
+  std::vector<Outcome> detect_batch(const std::vector<const Frame*>& frames, const std::string& base_dir,
+                                    const DetectRequest& request, int max_batch);
+
  private:
   Engine();
+  PreparedFrame prepare(const Frame& spec, const std::string& base_dir);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

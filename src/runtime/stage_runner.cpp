@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <utility>
 
@@ -72,16 +73,23 @@ class LanePool {
 
 // A stage's numbers blew up (weights or inputs at float32's limits): the frame fails, naming the
 // stage, before anything of it is answered or kept as history.
+Error nonfinite_error(int64_t n, const char* stage, const char* what) {
+  return Error(ErrorKind::kInvalidInput, std::string("the ") + stage + " stage produced " + std::to_string(n) +
+                                             " non-finite value(s) in " + what)
+      .where("frame")
+      .hint("the stream's history is unchanged; inputs or weights at the limits of float32 do this");
+}
+
 void check_finite(Backend& backend, const Tensor& count, const char* stage, const char* what,
                   std::atomic<uint64_t>& failures) {
   const int64_t n = backend.read(count).data<int64_t>()[0];
   if (n == 0) return;
   ++failures;
-  throw Error(ErrorKind::kInvalidInput, std::string("the ") + stage + " stage produced " + std::to_string(n) +
-                                            " non-finite value(s) in " + what)
-      .where("frame")
-      .hint("the stream's history is unchanged; inputs or weights at the limits of float32 do this");
+  throw nonfinite_error(n, stage, what);
 }
+
+constexpr const char* kImageWhat = "the flattened camera features";
+constexpr const char* kBevWhat = "the new BEV (bev_embed)";
 
 std::vector<Tensor> tap_tensors(const Taps& t) {
   std::vector<Tensor> v;
@@ -277,10 +285,11 @@ struct StageRunner::Impl {
     Ops rec(backend, Ops::Mode::kPlan);  // computed by the first execution, as the image stage
     p->out = model.bev_stage(rec, p->in, tapped ? &p->taps : nullptr);
     std::vector<Tensor> keep = tap_tensors(p->taps);
-    for (const Tensor& t : {p->out.bev_embed, p->out.all_cls, p->out.all_preds, p->out.last_preds, p->out.top_scores,
-                            p->out.top_index, p->out.nonfinite}) {
+    for (const Tensor& t : {p->out.bev_embed, p->out.all_cls, p->out.all_preds, p->out.last_preds, p->out.nonfinite}) {
       keep.push_back(t);
     }
+    keep.insert(keep.end(), p->out.top_scores.begin(), p->out.top_scores.end());
+    keep.insert(keep.end(), p->out.top_index.begin(), p->out.top_index.end());
     std::string name = use_prev ? "bev (with history" : "bev (first frame";
     if (rig.id > 1) name += ", rig " + std::to_string(rig.id);
     if (lane > 0) name += ", lane " + std::to_string(lane + 1);
@@ -306,13 +315,13 @@ struct StageRunner::Impl {
       ImageStage& s = image_recorded(st->lane, f.img, reads.taps != nullptr);
       backend.write(s.img, f.img);
       backend.execute(s.stage);
-      check_finite(backend, s.out.nonfinite, "image", "the flattened camera features", nonfinite_frames);
+      check_finite(backend, s.out.nonfinite, "image", kImageWhat, nonfinite_frames);
       if (reads.taps) read_taps(s.taps, &s.stage, {}, *reads.taps);
     } else {
       Ops eager(backend);
       Taps taps;
       ImageOutputs out = model.image_stage(eager, backend.upload(f.img), reads.taps ? &taps : nullptr);
-      check_finite(backend, out.nonfinite, "image", "the flattened camera features", nonfinite_frames);
+      check_finite(backend, out.nonfinite, "image", kImageWhat, nonfinite_frames);
       st->sca = std::move(out.sca);
       if (reads.taps) read_taps(taps, nullptr, {}, *reads.taps);
     }
@@ -365,14 +374,14 @@ struct StageRunner::Impl {
                                                  StageBinding{s.in.prev_bev, history.prev_bev}};
       const std::span<const StageBinding> bindings(bound.data(), use_prev ? 2 : 1);
       backend.execute(s.stage, bindings);
-      check_finite(backend, s.out.nonfinite, "bev", "the new BEV (bev_embed)", nonfinite_frames);
+      check_finite(backend, s.out.nonfinite, "bev", kBevWhat, nonfinite_frames);
       s.last_bev = spare_bev;
       new_bev = spare_bev;
       out.all_cls_scores = backend.read(s.out.all_cls);
       out.all_bbox_preds = backend.read(s.out.all_preds);
       last_preds = backend.read(s.out.last_preds);
-      top_scores = backend.read(s.out.top_scores);
-      top_index = backend.read(s.out.top_index);
+      top_scores = backend.read(s.out.top_scores[0]);
+      top_index = backend.read(s.out.top_index[0]);
       if (reads.taps) read_taps(s.taps, &s.stage, bindings, *reads.taps);
     } else {
       EncoderInputs in;
@@ -387,13 +396,13 @@ struct StageRunner::Impl {
       Ops eager(backend);
       Taps taps;
       const BevOutputs r = model.bev_stage(eager, in, reads.taps ? &taps : nullptr);
-      check_finite(backend, r.nonfinite, "bev", "the new BEV (bev_embed)", nonfinite_frames);
+      check_finite(backend, r.nonfinite, "bev", kBevWhat, nonfinite_frames);
       new_bev = r.bev_embed;
       out.all_cls_scores = backend.read(r.all_cls);
       out.all_bbox_preds = backend.read(r.all_preds);
       last_preds = backend.read(r.last_preds);
-      top_scores = backend.read(r.top_scores);
-      top_index = backend.read(r.top_index);
+      top_scores = backend.read(r.top_scores[0]);
+      top_index = backend.read(r.top_index[0]);
       if (reads.taps) read_taps(taps, nullptr, {}, *reads.taps);
     }
     if (reads.bev_embed || reads.taps) out.bev_embed = backend.read(new_bev);
@@ -419,13 +428,385 @@ struct StageRunner::Impl {
     return run_bev(f, run_image(f, reads), history, reads);
   }
 
-  // Every lane (no frame in flight) and both stages' locks: for executions outside frames and
-  // for reading the stages.
+  // Every lane (no frame in flight) and both stages' locks: for executions outside frames, for
+  // reading the stages, and for batches (which run alone).
   struct Quiet {
     explicit Quiet(Impl& m) : held(m.lanes), lock(m.image_mu, m.bev_mu) {}
     LanePool::All held;
     std::scoped_lock<std::mutex, std::mutex> lock;
   };
+
+  // ---- batches of frames of distinct streams ----
+
+  // A batch size's recorded stages: the image stage over B frames' cameras and the bev stage over
+  // B samples. The SCA lists, TSA's value indices and every sample's previous BEV (bound to its
+  // stream's buffer) are inputs, so one recording serves any mix of rigs, first frames and
+  // frames with history.
+  struct BatchStages {
+    int64_t batch = 0;
+    Shape img_shape;       // [B*N, H, W, 3]
+    int64_t capacity = 0;  // SCA slots per camera
+    Tensor img;
+    ImageOutputs image_out;
+    RecordedStage image;
+    EncoderInputs in;
+    BevOutputs out;
+    RecordedStage bev;
+  };
+  std::vector<std::unique_ptr<BatchStages>> batch_stages;  // one per batch size; under Quiet
+
+  // The host geometry of the rigs batches saw. Batched stages do not depend on the rig, so many
+  // more rigs stay cached here than bev stages per rig above.
+  static constexpr size_t kMaxBatchRigs = 64;
+  std::mutex batch_rig_mu;
+  std::vector<std::shared_ptr<const RigGeometry>> batch_rigs;  // most recently used first
+
+  std::shared_ptr<const RigGeometry> batch_rig(const FrameInput& f) {
+    const int pad_h = static_cast<int>(f.img.size(1)), pad_w = static_cast<int>(f.img.size(2));
+    const std::lock_guard<std::mutex> lock(batch_rig_mu);
+    auto it = std::find_if(batch_rigs.begin(), batch_rigs.end(), [&](const auto& r) {
+      return r->lidar2img == f.lidar2img && r->pad_w == pad_w && r->pad_h == pad_h;
+    });
+    if (it != batch_rigs.end()) {
+      std::rotate(batch_rigs.begin(), it, it + 1);
+      return batch_rigs.front();
+    }
+    auto g = std::make_shared<const RigGeometry>(model.rig_geometry(f));
+    if (batch_rigs.size() == kMaxBatchRigs) batch_rigs.pop_back();
+    batch_rigs.insert(batch_rigs.begin(), g);
+    return g;
+  }
+
+  int64_t bev_cells() const { return int64_t{cfg.head.bev_h} * cfg.head.bev_w; }
+
+  // The capacity rule: the longest list rounded up to a multiple of ceil(HW / 8), at most HW.
+  int64_t capacity_for(int64_t longest) const {
+    const int64_t hw = bev_cells(), step = (hw + 7) / 8;
+    return std::min(hw, (longest + step - 1) / step * step);
+  }
+
+  // The batched stages of `batch` samples of images `img_shape` with room for lists of `longest`
+  // slots: the recorded ones, or recorded now (a larger capacity replaces a smaller one).
+  BatchStages& batch_recorded(int64_t batch, const Shape& img_shape, int64_t longest, int64_t anchors) {
+    auto it = std::find_if(batch_stages.begin(), batch_stages.end(), [&](const auto& p) { return p->batch == batch; });
+    int64_t capacity = capacity_for(longest);
+    if (it != batch_stages.end()) {
+      if ((*it)->img_shape == img_shape && (*it)->capacity >= longest) return **it;
+      if ((*it)->img_shape == img_shape) capacity = std::max(capacity, (*it)->capacity);
+      batch_stages.erase(it);
+    }
+    const int64_t hw = bev_cells(), c = cfg.transformer.embed_dims, cams = cfg.transformer.num_cams;
+    const int64_t slots = batch * cams * capacity;
+    auto p = std::make_unique<BatchStages>();
+    p->batch = batch;
+    p->img_shape = img_shape;
+    p->capacity = capacity;
+    const std::string name = " (batch " + std::to_string(batch) + ")";
+    p->img = backend.empty(img_shape, DType::kF32);
+    {
+      Ops rec(backend, Ops::Mode::kPlan);
+      p->image_out = model.image_stage(rec, p->img, nullptr);
+      std::vector<Tensor> keep = {p->image_out.nonfinite};
+      for (const ScaInputs& v : p->image_out.sca) keep.push_back(v.value);
+      p->image = RecordedStage("image" + name, rec.take_nodes(), keep, backend);
+    }
+    EncoderInputs& in = p->in;
+    in.batch = batch;
+    in.can_bus = backend.empty({batch, 18}, DType::kF32);
+    in.tsa_reference = backend.empty({batch * hw, 2, 1, 2}, DType::kF32);
+    for (int64_t b = 0; b < batch; ++b) in.prev_bevs.push_back(backend.empty({hw, c}, DType::kF32));
+    in.value_index = backend.empty({batch * 2 * hw}, DType::kI64);
+    in.value0_index = backend.empty({batch * hw}, DType::kI64);
+    const Tensor query_index = backend.empty({slots}, DType::kI64);
+    const Tensor reference = backend.empty({slots, 1, anchors, 2}, DType::kF32);
+    const Tensor inv_count = backend.empty({batch * hw, 1}, DType::kF32);
+    in.sca = p->image_out.sca;
+    for (ScaInputs& v : in.sca) {
+      v.query_index = query_index;
+      v.reference = reference;
+      v.inv_count = inv_count;
+    }
+    Ops rec(backend, Ops::Mode::kPlan);
+    p->out = model.bev_stage(rec, in, nullptr);
+    std::vector<Tensor> keep = {p->out.bev_embed, p->out.all_cls, p->out.all_preds, p->out.last_preds, p->out.nonfinite};
+    keep.insert(keep.end(), p->out.top_scores.begin(), p->out.top_scores.end());
+    keep.insert(keep.end(), p->out.top_index.begin(), p->out.top_index.end());
+    p->bev = RecordedStage("bev" + name, rec.take_nodes(), keep, backend, in.prev_bevs);
+    batch_stages.push_back(std::move(p));
+    return *batch_stages.back();
+  }
+
+  // A sample of a batch after its host step (forward_test steps 1-3 on a copy of its state).
+  struct BatchRow {
+    size_t index = 0;  // into the caller's samples
+    TemporalState next_state;
+    BevStepInputs step;
+    std::shared_ptr<const RigGeometry> rig;
+    double geometry_seconds = 0;
+  };
+
+  // The bev stage's per-sample inputs of a batch, on the host. TSA's value rows index the
+  // sources [prev_bevs[0..B), the encoder's input query (B), the layer input (B+1)]: a sample
+  // with history reads its own previous BEV (rotated) and the queries, a first frame the layer
+  // input twice, as forward() does for each alone. The SCA lists are each sample's own,
+  // re-padded to `capacity` slots per camera and offset to its rows.
+  struct BatchHostInputs {
+    Tensor can_bus, tsa_reference, value_index, value0_index, query_index, reference, inv_count;
+  };
+  BatchHostInputs batch_host_inputs(const std::vector<BatchRow>& rows, int64_t capacity) const {
+    const int64_t batch = static_cast<int64_t>(rows.size()), hw = bev_cells(), cams = cfg.transformer.num_cams;
+    const int64_t anchors = rows[0].rig->queries.reference.size(2);
+    BatchHostInputs h;
+    h.can_bus = Tensor::empty({batch, 18}, DType::kF32);
+    h.tsa_reference = Tensor::empty({batch * hw, 2, 1, 2}, DType::kF32);
+    h.value_index = Tensor::empty({batch * 2 * hw}, DType::kI64);
+    h.value0_index = Tensor::empty({batch * hw}, DType::kI64);
+    h.query_index = Tensor::empty({batch * cams * capacity}, DType::kI64);
+    h.reference = Tensor::zeros({batch * cams * capacity, 1, anchors, 2}, DType::kF32);
+    h.inv_count = Tensor::empty({batch * hw, 1}, DType::kF32);
+    const int64_t ref_floats = anchors * 2;
+    for (int64_t b = 0; b < batch; ++b) {
+      const BatchRow& r = rows[static_cast<size_t>(b)];
+      std::copy_n(r.step.can_bus.data<float>(), 18, h.can_bus.data<float>() + b * 18);
+      std::copy_n(r.step.tsa_reference.data<float>(), hw * 4, h.tsa_reference.data<float>() + b * hw * 4);
+      int64_t* v0 = h.value0_index.data<int64_t>() + b * hw;
+      int64_t* stack = h.value_index.data<int64_t>() + b * 2 * hw;
+      for (int64_t i = 0; i < hw; ++i) {
+        if (!r.step.step.use_prev_bev) {
+          v0[i] = stack[i] = stack[hw + i] = gather_multi_index(batch + 1, b * hw + i);
+          continue;
+        }
+        int64_t src_row = i;
+        if (cfg.transformer.rotate_prev_bev) src_row = r.step.rotation_index.data<int64_t>()[i];
+        v0[i] = stack[i] = src_row < 0 ? -1 : gather_multi_index(b, src_row);
+        stack[hw + i] = gather_multi_index(batch, b * hw + i);
+      }
+      const ScaQueryLists& q = r.rig->queries;
+      if (q.reference.size(2) != anchors) {
+        throw Error(ErrorKind::kInternal, "rigs of one batch with different pillar anchors");
+      }
+      for (int64_t n = 0; n < cams; ++n) {
+        int64_t* qi = h.query_index.data<int64_t>() + (b * cams + n) * capacity;
+        float* ref = h.reference.data<float>() + (b * cams + n) * capacity * ref_floats;
+        const int64_t* src_qi = q.query_index.data<int64_t>() + n * q.max_len;
+        const float* src_ref = q.reference.data<float>() + n * q.max_len * ref_floats;
+        for (int64_t k = 0; k < capacity; ++k) qi[k] = k < q.max_len && src_qi[k] >= 0 ? src_qi[k] + b * hw : -1;
+        std::copy_n(src_ref, q.max_len * ref_floats, ref);  // the rest stays zero, as the rig's own padding
+      }
+      std::copy_n(q.inv_count.data<float>(), hw, h.inv_count.data<float>() + b * hw);
+    }
+    return h;
+  }
+
+  // The samples' host steps; a sample that fails fails alone (its error in results).
+  std::vector<BatchRow> batch_rows(std::span<const BatchSample> samples, const std::vector<size_t>& group,
+                                   std::vector<SampleOutput>& results) {
+    const int64_t hw = bev_cells(), c = cfg.transformer.embed_dims;
+    std::vector<BatchRow> rows;
+    for (const size_t i : group) {
+      try {
+        const auto t0 = Clock::now();
+        const FrameInput& f = *samples[i].frame;
+        const StreamHistory& history = *samples[i].history;
+        BatchRow r;
+        r.index = i;
+        r.next_state = history.state;
+        r.step = model.forward_test_step(r.next_state, f);
+        if (r.step.step.use_prev_bev && (!history.prev_bev.defined() || history.prev_bev.shape() != Shape{hw, c} ||
+                                         history.prev_bev.device() != backend.device())) {
+          throw Error(ErrorKind::kInternal, "the stream's history has no previous BEV of this runner");
+        }
+        r.rig = batch_rig(f);
+        r.geometry_seconds = seconds_since(t0);
+        rows.push_back(std::move(r));
+      } catch (...) {
+        results[i].error = std::current_exception();
+      }
+    }
+    return rows;
+  }
+
+  // One group of samples with images of one size, as one batch (at least two samples).
+  void run_batch(std::span<const BatchSample> samples, const std::vector<BatchRow>& rows, const FrameReads& reads,
+                 std::vector<SampleOutput>& results) {
+    const int64_t batch = static_cast<int64_t>(rows.size()), hw = bev_cells(), c = cfg.transformer.embed_dims;
+    const int64_t cams = cfg.transformer.num_cams;
+    int64_t longest = 1;
+    for (const BatchRow& r : rows) longest = std::max(longest, r.rig->queries.max_len);
+    const int64_t anchors = rows[0].rig->queries.reference.size(2);
+    Shape img_shape = samples[rows[0].index].frame->img.shape();
+    img_shape[0] *= batch;
+
+    const Quiet quiet(*this);
+    auto t_part = Clock::now();
+    ImageOutputs eager_image;
+    BevOutputs eager_bev;
+    Tensor img_nonfinite;
+    BatchStages* st = nullptr;
+    if (replay) {
+      st = &batch_recorded(batch, img_shape, longest, anchors);
+      for (int64_t b = 0; b < batch; ++b) {
+        backend.write(st->img.slice(0, b * cams, (b + 1) * cams), samples[rows[static_cast<size_t>(b)].index].frame->img);
+      }
+      backend.execute(st->image);
+      img_nonfinite = backend.read(st->image_out.nonfinite);
+    } else {
+      Tensor img = Tensor::empty(img_shape, DType::kF32);
+      const size_t per = static_cast<size_t>(img.nbytes() / static_cast<size_t>(batch));
+      for (int64_t b = 0; b < batch; ++b) {
+        std::memcpy(static_cast<char*>(img.raw_data()) + static_cast<size_t>(b) * per,
+                    samples[rows[static_cast<size_t>(b)].index].frame->img.raw_data(), per);
+      }
+      Ops eager(backend);
+      eager_image = model.image_stage(eager, backend.upload(img), nullptr);
+      img_nonfinite = backend.read(eager_image.nonfinite);
+    }
+    const double image_seconds = seconds_since(t_part);
+
+    t_part = Clock::now();
+    const int64_t capacity = st ? st->capacity : capacity_for(longest);
+    const BatchHostInputs host = batch_host_inputs(rows, capacity);
+    const BevOutputs* out = nullptr;
+    if (replay) {
+      backend.write(st->in.can_bus, host.can_bus);
+      backend.write(st->in.tsa_reference, host.tsa_reference);
+      backend.write(st->in.value_index, host.value_index);
+      backend.write(st->in.value0_index, host.value0_index);
+      backend.write(st->in.sca[0].query_index, host.query_index);
+      backend.write(st->in.sca[0].reference, host.reference);
+      backend.write(st->in.sca[0].inv_count, host.inv_count);
+      std::vector<StageBinding> bindings;
+      for (int64_t b = 0; b < batch; ++b) {
+        const BatchRow& r = rows[static_cast<size_t>(b)];
+        if (r.step.step.use_prev_bev) bindings.push_back({st->in.prev_bevs[static_cast<size_t>(b)], samples[r.index].history->prev_bev});
+      }
+      backend.execute(st->bev, bindings);
+      out = &st->out;
+    } else {
+      EncoderInputs in;
+      in.batch = batch;
+      in.can_bus = backend.upload(host.can_bus);
+      in.tsa_reference = backend.upload(host.tsa_reference);
+      in.value_index = backend.upload(host.value_index);
+      in.value0_index = backend.upload(host.value0_index);
+      const Tensor unread = backend.empty({1, c}, DType::kF32);  // a first frame's previous BEV: no index reads it
+      for (const BatchRow& r : rows) {
+        in.prev_bevs.push_back(r.step.step.use_prev_bev ? samples[r.index].history->prev_bev : unread);
+      }
+      const Tensor query_index = backend.upload(host.query_index), reference = backend.upload(host.reference),
+                   inv_count = backend.upload(host.inv_count);
+      in.sca = std::move(eager_image.sca);
+      for (ScaInputs& v : in.sca) {
+        v.query_index = query_index;
+        v.reference = reference;
+        v.inv_count = inv_count;
+      }
+      Ops eager(backend);
+      eager_bev = model.bev_stage(eager, in, nullptr);
+      out = &eager_bev;
+    }
+    const Tensor bev_nonfinite = backend.read(out->nonfinite);
+    const Tensor all_cls = backend.read(out->all_cls), all_preds = backend.read(out->all_preds);
+    const Tensor last_preds = backend.read(out->last_preds);
+    const int64_t queries = last_preds.size(0) / batch;
+    std::vector<Tensor> top_scores, top_index;
+    for (int64_t b = 0; b < batch; ++b) {
+      top_scores.push_back(backend.read(out->top_scores[static_cast<size_t>(b)]));
+      top_index.push_back(backend.read(out->top_index[static_cast<size_t>(b)]));
+    }
+    const double bev_seconds = seconds_since(t_part);
+
+    for (int64_t b = 0; b < batch; ++b) {
+      const BatchRow& r = rows[static_cast<size_t>(b)];
+      SampleOutput& result = results[r.index];
+      result.batch_size = batch;
+      if (const int64_t n = img_nonfinite.data<int64_t>()[b]; n != 0) {
+        ++nonfinite_frames;
+        result.error = std::make_exception_ptr(nonfinite_error(n, "image", kImageWhat));
+        continue;
+      }
+      if (const int64_t n = bev_nonfinite.data<int64_t>()[b]; n != 0) {
+        ++nonfinite_frames;
+        result.error = std::make_exception_ptr(nonfinite_error(n, "bev", kBevWhat));
+        continue;
+      }
+      StreamHistory& history = *samples[r.index].history;
+      // The new BEV into the stream's own buffer (the bev stage has read the old one).
+      if (!history.prev_bev.defined() || history.prev_bev.shape() != Shape{hw, c} ||
+          history.prev_bev.device() != backend.device()) {
+        history.prev_bev = backend.empty({hw, c}, DType::kF32);
+      }
+      backend.copy(history.prev_bev, out->bev_embed.slice(0, b * hw, (b + 1) * hw));
+      FrameOutput& o = result.output;
+      o.geometry_seconds = r.geometry_seconds;
+      o.image_seconds = image_seconds;
+      o.bev_seconds = bev_seconds;
+      o.used_history = r.step.step.use_prev_bev;
+      o.all_cls_scores = all_cls.slice(1, b * queries, (b + 1) * queries).contiguous();
+      o.all_bbox_preds = all_preds.slice(1, b * queries, (b + 1) * queries).contiguous();
+      if (reads.bev_embed) o.bev_embed = backend.read(history.prev_bev);
+      const auto t_decode = Clock::now();
+      o.detections = model.decode(top_scores[static_cast<size_t>(b)], top_index[static_cast<size_t>(b)],
+                                  last_preds.slice(0, b * queries, (b + 1) * queries).contiguous());
+      o.decode_seconds = seconds_since(t_decode);
+      history.state = r.next_state;
+      history.state.has_prev_bev = true;
+    }
+  }
+
+  std::vector<SampleOutput> forward_batch(std::span<const BatchSample> samples, const FrameReads& reads) {
+    if (reads.taps && samples.size() > 1) {
+      throw Error(ErrorKind::kInvalidInput, "a batch of " + std::to_string(samples.size()) + " frames asked for taps")
+          .where("forward_batch")
+          .expected("batch size 1 to read a frame's stage tensors");
+    }
+    for (size_t i = 0; i < samples.size(); ++i) {
+      if (!samples[i].frame || !samples[i].history) throw Error(ErrorKind::kInternal, "a batch sample without its frame or history");
+      for (size_t j = 0; j < i; ++j) {
+        if (samples[i].history == samples[j].history) {
+          throw Error(ErrorKind::kInvalidInput, "samples " + std::to_string(j) + " and " + std::to_string(i) +
+                                                    " of a batch are frames of one stream")
+              .where("forward_batch")
+              .expected("frames of distinct streams (one stream's frames run in order, one per batch)");
+        }
+      }
+    }
+    std::vector<SampleOutput> results(samples.size());
+    std::vector<size_t> pending;
+    for (size_t i = 0; i < samples.size(); ++i) {
+      try {
+        model.check_frame(*samples[i].frame);
+        pending.push_back(i);
+      } catch (...) {
+        results[i].error = std::current_exception();
+      }
+    }
+    // Groups of one image size, in order of their first sample.
+    while (!pending.empty()) {
+      const Shape shape = samples[pending[0]].frame->img.shape();
+      std::vector<size_t> group, rest;
+      for (const size_t i : pending) (samples[i].frame->img.shape() == shape ? group : rest).push_back(i);
+      pending = std::move(rest);
+      std::vector<BatchRow> rows = batch_rows(samples, group, results);
+      if (rows.size() == 1) {
+        const size_t i = rows[0].index;
+        try {
+          results[i].output = forward(*samples[i].frame, *samples[i].history, reads);
+        } catch (...) {
+          results[i].error = std::current_exception();
+        }
+      } else if (rows.size() > 1) {
+        try {
+          run_batch(samples, rows, reads, results);
+        } catch (...) {
+          // The batch as a whole failed (no memory, a backend fault): every sample of it did,
+          // before any history changed.
+          for (const BatchRow& r : rows) results[r.index].error = std::current_exception();
+        }
+      }
+    }
+    return results;
+  }
 
   // A bev stage outside a frame: it reads the last frame's new BEV as the previous one and
   // writes its own output buffer, so no stream changes.
@@ -442,6 +823,7 @@ struct StageRunner::Impl {
     for (const auto& r : rigs) {
       for (const auto& p : r->bev_stages) out += p->stage.describe();
     }
+    for (const auto& p : batch_stages) out += p->image.describe() + p->bev.describe();
     return out;
   }
 };
@@ -490,6 +872,11 @@ void StageRunner::replay_recorded_stages() {
   }
   for (const auto& r : impl_->rigs) {
     for (const auto& p : r->bev_stages) impl_->execute_outside_frame(*p);
+  }
+  // Batches: their previous BEVs unbound (each slot's own memory; the outputs go nowhere).
+  for (const auto& p : impl_->batch_stages) {
+    impl_->backend.execute(p->image);
+    impl_->backend.execute(p->bev);
   }
 }
 
@@ -545,7 +932,23 @@ std::vector<StageRunner::StageInfo> StageRunner::stage_info() const {
   for (const auto& r : impl_->rigs) {
     for (const auto& p : r->bev_stages) add(p->stage);
   }
+  for (const auto& p : impl_->batch_stages) {
+    add(p->image);
+    add(p->bev);
+  }
   return out;
+}
+
+int64_t StageRunner::batch_capacity(int64_t batch) const {
+  const Impl::Quiet quiet(*impl_);
+  for (const auto& p : impl_->batch_stages) {
+    if (p->batch == batch) return p->capacity;
+  }
+  return 0;
+}
+
+std::vector<SampleOutput> StageRunner::forward_batch(std::span<const BatchSample> samples, const FrameReads& reads) {
+  return impl_->forward_batch(samples, reads);
 }
 
 size_t StageRunner::rigs_seen() const {

@@ -16,7 +16,9 @@
 
 #include <array>
 #include <chrono>
+#include <exception>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -50,6 +52,20 @@ struct FrameOutput {
 struct StreamHistory {
   TemporalState state;
   Tensor prev_bev;  // [HW, C]: the last frame's bev_embed (replayed runners keep one buffer for life)
+};
+
+// One sample of a batch: a frame and its stream's history (distinct streams in one batch).
+struct BatchSample {
+  const FrameInput* frame = nullptr;
+  StreamHistory* history = nullptr;
+};
+
+// A sample's outcome: its output, or why it failed (its history then unchanged; the batch's
+// other samples are not affected).
+struct SampleOutput {
+  FrameOutput output;
+  std::exception_ptr error;
+  int64_t batch_size = 1;  // how many samples ran together with it (1: alone)
 };
 
 // A frame between its two stages: what StageRunner::run_image made, for run_bev of the same
@@ -94,6 +110,20 @@ class StageRunner {
   FrameOutput forward(const FrameInput& frame, const FrameReads& reads = {});
   void reset_history();
 
+  // Frames of distinct streams as one batch: the image stage over all their cameras at once, the
+  // bev stage with each sample's own history (first frames and frames with history mix), rig
+  // (its own SCA query lists) and CAN-bus step, a top-k and decode per sample. Every sample's
+  // output is that of forward() on it alone (docs/PERF.md says where it is bit-identical). A
+  // sample that fails its checks fails alone. Samples whose images differ in size run in
+  // separate batches; one sample runs through forward(). Taps need a batch of one.
+  //
+  // Plans: one recorded image and bev stage per batch size, replayed for any mix of rigs and
+  // history. The SCA query lists are inputs of a fixed capacity per camera: the batch's longest
+  // list rounded up to a multiple of ceil(HW / 8). A batch that needs more re-records that
+  // batch size's bev stage at the larger capacity (it never shrinks; HW bounds it, since a
+  // camera sees at most every cell).
+  std::vector<SampleOutput> forward_batch(std::span<const BatchSample> samples, const FrameReads& reads = {});
+
   // forward() is run_bev(frame, run_image(frame)). Apart, they pipeline: run_image of frame t+1
   // on one thread runs while run_bev of frame t runs on another, with results identical to
   // forward(). The image stage needs no history, so frames of one stream may be staged ahead;
@@ -131,6 +161,8 @@ class StageRunner {
     std::string description;    // RecordedStage::describe(): every op with its shapes and arena offset
   };
   std::vector<StageInfo> stage_info() const;
+  // The SCA slot capacity per camera of the batched bev stage of `batch` samples (0: none recorded).
+  int64_t batch_capacity(int64_t batch) const;
   // How many rigs (lidar2img and padded size) needed their geometry computed: the last four
   // stay cached with their bev stages, so vehicles with different rigs do not re-record.
   size_t rigs_seen() const;

@@ -235,6 +235,11 @@ class CpuBackend final : public Backend {
         cpu::concat(in, std::get<ConcatAttrs>(n.attrs).axis, y);
         return;
       }
+      case OpKind::gather_rows_multi: {
+        Tensor y = out;
+        cpu::gather_rows_multi(std::span<const Tensor>(in).subspan(1), in[0], y);
+        return;
+      }
       case OpKind::count_nonfinite: {
         Tensor y = out;
         cpu::count_nonfinite(in[0], y, &pool_);

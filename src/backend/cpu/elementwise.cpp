@@ -410,28 +410,32 @@ void count_nonfinite(const Tensor& x, Tensor& out, ThreadPool* pool) {
       !x.is_contiguous()) {
     bad_tensor("count_nonfinite", x, "input x", "contiguous host f32 or bf16");
   }
-  if (!out.defined() || out.dtype() != DType::kI64 || out.numel() != 1) {
-    bad_tensor("count_nonfinite", out, "output", "i64 [1]");
+  const int64_t groups = out.defined() && out.dim() == 1 ? out.size(0) : 0;
+  if (!out.defined() || out.dtype() != DType::kI64 || !out.is_contiguous() || groups < 1 || x.numel() % groups != 0) {
+    bad_tensor("count_nonfinite", out, "output", "i64 [G], G dividing the input's element count");
   }
   // The exponent bits all set is NaN or infinity, in either dtype: one integer test per value.
-  std::atomic<int64_t> total{0};
-  const int64_t n = x.numel();
-  if (x.dtype() == DType::kF32) {
-    const auto* p = static_cast<const uint32_t*>(x.raw_data());
-    map_flat(pool, n, [&](int64_t b, int64_t e) {
-      int64_t c = 0;
-      for (int64_t i = b; i < e; ++i) c += (p[i] & 0x7f800000u) == 0x7f800000u;
-      total += c;
-    });
-  } else {
-    const auto* p = static_cast<const uint16_t*>(x.raw_data());
-    map_flat(pool, n, [&](int64_t b, int64_t e) {
-      int64_t c = 0;
-      for (int64_t i = b; i < e; ++i) c += (p[i] & 0x7f80u) == 0x7f80u;
-      total += c;
-    });
+  const int64_t per = x.numel() / groups;
+  int64_t* counts = out.data<int64_t>();
+  for (int64_t g = 0; g < groups; ++g) {
+    std::atomic<int64_t> total{0};
+    if (x.dtype() == DType::kF32) {
+      const auto* p = static_cast<const uint32_t*>(x.raw_data()) + g * per;
+      map_flat(pool, per, [&](int64_t b, int64_t e) {
+        int64_t c = 0;
+        for (int64_t i = b; i < e; ++i) c += (p[i] & 0x7f800000u) == 0x7f800000u;
+        total += c;
+      });
+    } else {
+      const auto* p = static_cast<const uint16_t*>(x.raw_data()) + g * per;
+      map_flat(pool, per, [&](int64_t b, int64_t e) {
+        int64_t c = 0;
+        for (int64_t i = b; i < e; ++i) c += (p[i] & 0x7f80u) == 0x7f80u;
+        total += c;
+      });
+    }
+    counts[g] = total.load();
   }
-  out.data<int64_t>()[0] = total.load();
 }
 
 void sigmoid(const Tensor& x, Tensor& y, ThreadPool* pool) {

@@ -52,7 +52,8 @@ void inverse_sigmoid(const Tensor& x, float eps, Tensor& y, ThreadPool* pool = n
 void add(const Tensor& a, const Tensor& b, Tensor& y, ThreadPool* pool = nullptr);
 void mul(const Tensor& a, const Tensor& b, Tensor& y, ThreadPool* pool = nullptr);
 
-// out (i64 [1]) = the number of NaN and infinite values of x (contiguous f32 or bf16).
+// out (i64 [G]) = the number of NaN and infinite values in each of x's G equal parts (x contiguous
+// f32 or bf16, viewed as [G, numel / G]).
 void count_nonfinite(const Tensor& x, Tensor& out, ThreadPool* pool = nullptr);
 
 // y = 0 (all bytes zero, so 0.0f for f32); any dtype, contiguous host.

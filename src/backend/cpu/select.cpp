@@ -203,6 +203,41 @@ void gather_rows(const Tensor& src, const Tensor& idx, Tensor& dst) {
   }
 }
 
+void gather_rows_multi(std::span<const Tensor> srcs, const Tensor& idx, Tensor& dst) {
+  const char* op = "gather_rows_multi";
+  if (srcs.empty()) throw Error(ErrorKind::kInvalidInput, "no sources").where(op).expected("at least one [N, C] tensor");
+  for (const Tensor& s : srcs) {
+    if (!s.defined() || s.dim() != 2 || !s.is_contiguous() || s.device() != Device::kCpu || s.dtype() != srcs[0].dtype() ||
+        s.size(1) != srcs[0].size(1)) {
+      bad_tensor(op, s, "a source", "contiguous host [N, C] of the first source's width and dtype");
+    }
+  }
+  const int64_t m = idx.defined() && idx.dim() == 1 ? idx.size(0) : -1;
+  if (m < 0) bad_tensor(op, idx, "idx", "contiguous host i64 [M]");
+  expect(op, dst, "dst", srcs[0].dtype(), {m, srcs[0].size(1)});
+  expect(op, idx, "idx", DType::kI64, {m});
+  const int64_t* ip = idx.data<int64_t>();
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t s = ip[i] >> 32, r = ip[i] & 0xffffffffLL;
+    if (ip[i] != -1 && (ip[i] < 0 || s >= static_cast<int64_t>(srcs.size()) || r >= srcs[static_cast<size_t>(s)].size(0))) {
+      throw Error(ErrorKind::kInvalidInput, "idx[" + std::to_string(i) + "] = source " + std::to_string(s) + ", row " +
+                                                std::to_string(r) + ", is out of range")
+          .where(op)
+          .expected(std::to_string(srcs.size()) + " sources, rows inside each, or -1 (padding)");
+    }
+  }
+  const size_t row_bytes = static_cast<size_t>(srcs[0].size(1)) * dtype_size(srcs[0].dtype());
+  auto* dp = static_cast<char*>(dst.raw_data());
+  for (int64_t i = 0; i < m; ++i) {
+    if (ip[i] < 0) {
+      std::memset(dp + i * row_bytes, 0, row_bytes);
+      continue;
+    }
+    const auto* sp = static_cast<const char*>(srcs[static_cast<size_t>(ip[i] >> 32)].raw_data());
+    std::memmove(dp + i * row_bytes, sp + (ip[i] & 0xffffffffLL) * row_bytes, row_bytes);
+  }
+}
+
 void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& dst) {
   const char* op = "scatter_add_rows";
   if (!src.defined() || src.dtype() != DType::kF32 || src.dim() != 2 || !src.is_contiguous() ||

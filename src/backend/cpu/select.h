@@ -23,6 +23,11 @@ void topk(const Tensor& scores, int64_t k, Tensor& values, Tensor& indices);
 // is written, so a bad index (< -1 or >= N) throws and leaves dst untouched.
 void gather_rows(const Tensor& src, const Tensor& idx, Tensor& dst);
 
+// dst[m, :] = srcs[s][r, :] for idx[m] = gather_multi_index(s, r), or a row of zeros for -1. Every
+// source [N_s, C] and dst [M, C] contiguous, one dtype; idx [M] i64. Every index is checked (a
+// source that exists, a row inside it) before anything is written.
+void gather_rows_multi(std::span<const Tensor> srcs, const Tensor& idx, Tensor& dst);
+
 // dst[idx[m], :] += src[m, :] in increasing m (duplicates accumulate in that order, so the
 // result is deterministic); rows with idx[m] = -1 (padding) are skipped. src [M, C] f32, idx [M]
 // i64, dst [N, C] f32; indices checked (-1 or in [0, N)) before anything is written.
