@@ -206,6 +206,16 @@ TEST_F(Pandaset, BrokenSequencesNameTheFile) {
     EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
     EXPECT_NE(std::string(e.what()).find("left_camera"), std::string::npos) << e.what();
   }
+  // An output folder that cannot be made: an I/O error naming it, not a crash.
+  const fs::path file = fs::path(tmp_->str()) / "a_file";
+  std::ofstream(file) << "x";
+  try {
+    convert_pandaset({seq().string(), (file / "out").string(), "", 0, 0});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kIo);
+    EXPECT_NE(std::string(e.what()).find("a_file"), std::string::npos) << e.what();
+  }
   fs::remove_all(bad / "lidar");
   EXPECT_THROW(convert_pandaset({bad.string(), out.string(), "", 0, 0}), Error);
   EXPECT_THROW(convert_pandaset({(bad / "none").string(), out.string(), "", 0, 0}), Error);

@@ -54,6 +54,13 @@ Mat4 rigid_inverse(const Mat4& m) {
   return out;
 }
 
+// A folder of the output, created if missing (Error kIo naming it when it cannot be).
+void make_folder(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(ErrorKind::kIo, "cannot create the output folder: " + ec.message()).where(dir.string());
+}
+
 std::string two_digits(size_t k) {
   const std::string s = std::to_string(k);
   return s.size() < 2 ? "0" + s : s;
@@ -71,7 +78,7 @@ std::string place_image(const fs::path& src, const fs::path& out_dir, const std:
   const Tensor img = read_image(src.string());
   const int w = static_cast<int>(img.size(1)), h = static_cast<int>(img.size(0));
   const fs::path rel = fs::path("images") / camera / (two_digits(k) + ".jpg");
-  fs::create_directories(out_dir / rel.parent_path());
+  make_folder(out_dir / rel.parent_path());
   Tensor out = img;
   if (w != o.width || h != o.height) {
     const cv::Mat m(h, w, CV_8UC3, const_cast<void*>(img.raw_data()));
@@ -193,7 +200,7 @@ std::vector<std::string> convert_pandaset_sequence(const std::string& seq_dir, c
   }
   const std::string stream = o.stream.empty() ? seq.lexically_normal().filename().string() : o.stream;
   const std::string sequence = seq.lexically_normal().filename().string();
-  fs::create_directories(out_dir);
+  make_folder(out_dir);
   const Mat4 ego_from_lidar = pandaset_ego_from_lidar(), lidar_from_ego = rigid_inverse(ego_from_lidar);
 
   std::vector<std::string> written;
