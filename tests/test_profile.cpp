@@ -296,6 +296,7 @@ TEST_F(ProfileMicro, TraceParsesAsChromeTrace) {
 
 TEST_F(ProfileMicro, SummariesAndMemoryReportAreWritten) {
   const ProfileReport& r = *report_;
+  EXPECT_EQ(r.input, "synthetic");  // no --input: the synthetic drive (--input: test_profile_report)
   EXPECT_EQ(r.files.size(), 4u);
   for (const std::string& f : r.files) EXPECT_GT(std::filesystem::file_size(f), 0u) << f;
   const nlohmann::json summary = nlohmann::json::parse(read_text(dir_ + "/summary.json"));

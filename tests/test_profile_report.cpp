@@ -2,7 +2,8 @@
 // exactly as docs/PROFILING.md lists them (replay windows per round, the eager run's windows and
 // one signpost per module stage it enters), the run's metadata (--json), the graph report of each
 // recorded variant (ops, tensors, arena buffers with their lives, weights, a self-contained HTML
-// page), the host memory guard, and a given frame as the warm-up's input (--input).
+// page), the host memory guard, and a given frame as the warm-up's input (--input), all on one
+// profile run (about 7 s).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -53,6 +54,16 @@ std::vector<std::string> expected_signposts(const ModelConfig& cfg, int rounds) 
   return s;
 }
 
+// The micro golden set's frame 0 as a frame JSON in `tmp`, its images by absolute path.
+std::string micro_frame_file(const testing::TempDir& tmp, bool drop_a_camera = false) {
+  nlohmann::json frame = testing::micro_frame_json(0);
+  for (nlohmann::json& c : frame["cameras"]) c["image"] = kMicro + "/" + c["image"].get<std::string>();
+  if (drop_a_camera) frame["cameras"].erase(frame["cameras"].begin());
+  const std::string path = tmp.file(drop_a_camera ? "frame_5cams.json" : "frame.json");
+  std::ofstream(path) << frame.dump();
+  return path;
+}
+
 ProfileOptions micro_options(const std::string& dir) {
   ProfileOptions o;
   o.config = kMicro + "/config.json";
@@ -63,10 +74,13 @@ ProfileOptions micro_options(const std::string& dir) {
   return o;
 }
 
-TEST(ProfileFlow, SignpostsMetadataAndGraphReportOfTheMicroModel) {
+// One profile of the micro model (each costs seconds), on the golden set's frame 0 given as
+// --input (its PNGs and calibration as every warm-up frame: the history in use from the second).
+TEST(ProfileFlow, SignpostsMetadataGraphReportAndGivenInputOfTheMicroModel) {
   const testing::TempDir tmp;
   const ModelConfig cfg = load_config(kMicro + "/config.json");
   ProfileOptions o = micro_options(tmp.str());
+  o.input = micro_frame_file(tmp);
   o.eager = true;
   o.json_path = tmp.file("run.json");
   o.graph_report = tmp.file("graph");
@@ -77,7 +91,8 @@ TEST(ProfileFlow, SignpostsMetadataAndGraphReportOfTheMicroModel) {
 
   // The run's metadata.
   const nlohmann::json run = nlohmann::json::parse(read_text(o.json_path));
-  EXPECT_EQ(run["input"], "synthetic");
+  EXPECT_EQ(r.input, o.input);
+  EXPECT_EQ(run["input"], o.input);
   EXPECT_GT(run["load_seconds"].get<double>(), 0);
   EXPECT_EQ(run["detections"].get<size_t>(), r.detections);
   EXPECT_GT(r.detections, 0u);
@@ -163,32 +178,18 @@ TEST(ProfileFlow, MemoryGuardStopsTheRun) {
   }
 }
 
-// --input: the micro golden set's frame 0 (its PNGs and calibration) runs as every warm-up
-// frame; the history is in use from the second, and the metadata names the file.
-TEST(ProfileFlow, GivenFrameIsTheWarmupInput) {
+// --input that does not fit the config fails before the model loads (in well under a second).
+TEST(ProfileFlow, GivenFrameThatDoesNotFitFailsBeforeLoading) {
   const testing::TempDir tmp;
-  nlohmann::json frame = testing::micro_frame_json(0);
-  for (nlohmann::json& c : frame["cameras"]) c["image"] = kMicro + "/" + c["image"].get<std::string>();
-  const std::string path = tmp.file("frame.json");
-  std::ofstream(path) << frame.dump();
   ProfileOptions o = micro_options(tmp.str());
-  o.input = path;
-  o.rounds = 1;
-  o.json_path = tmp.file("run.json");
-  const ProfileReport r = run_profile(o);
-  EXPECT_EQ(r.input, path);
-  EXPECT_GT(r.detections, 0u);
-  EXPECT_EQ(nlohmann::json::parse(read_text(o.json_path))["input"], path);
-
-  // A frame that does not fit the config fails before the model loads, naming the camera.
-  frame["cameras"].erase(frame["cameras"].begin());
-  std::ofstream(path) << frame.dump();
+  o.input = micro_frame_file(tmp, /*drop_a_camera=*/true);
   try {
     run_profile(o);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput) << e.what();
   }
+  EXPECT_FALSE(std::filesystem::exists(o.out_dir + "/summary.json"));
 }
 
 }  // namespace
