@@ -214,6 +214,62 @@ TEST(ServerScheduler, BoundedQueueAndCancel) {
   EXPECT_FALSE(s.submit("e", std::make_shared<Scheduler::Task>([] {})));  // stopped
 }
 
+// Dynamic batching: the oldest waiting frames of distinct streams form a batch (each stream's
+// frames stay in order, one per batch); a frame with no company runs alone.
+TEST(ServerScheduler, BatchesTakeTheOldestFramesOfDistinctStreams) {
+  std::mutex mu;
+  std::vector<std::vector<int>> batches;
+  std::vector<int> alone;
+  Scheduler::Batching b;
+  b.max_batch = 3;
+  b.max_delay_seconds = 0.2;
+  b.run_batch = [&](const std::vector<std::shared_ptr<Scheduler::Task>>& tasks) {
+    std::vector<int> ids;
+    for (const auto& t : tasks) ids.push_back(*static_cast<int*>(t->payload().get()));
+    std::lock_guard lock(mu);
+    batches.push_back(ids);
+  };
+  Scheduler s(1, 100, b);
+  auto task = [&](int id) {
+    return std::make_shared<Scheduler::Task>(
+        [&, id] {
+          std::lock_guard lock(mu);
+          alone.push_back(id);
+        },
+        std::make_shared<int>(id));
+  };
+  // Hold the only worker so that the frames below all wait.
+  std::promise<void> gate;
+  std::shared_future<void> open = gate.get_future().share();
+  std::atomic<bool> started{false};
+  ASSERT_TRUE(s.submit("x", std::make_shared<Scheduler::Task>([&] {
+    started = true;
+    open.wait();
+  })));
+  while (!started) std::this_thread::yield();
+  ASSERT_TRUE(s.submit("a", task(1)));
+  ASSERT_TRUE(s.submit("a", task(2)));  // behind a's first: never in its batch
+  ASSERT_TRUE(s.submit("b", task(3)));
+  ASSERT_TRUE(s.submit("c", task(4)));
+  ASSERT_TRUE(s.submit("d", task(5)));
+  gate.set_value();
+  while (true) {
+    {
+      std::lock_guard lock(mu);
+      if (batches.size() == 2) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(s.submit("z", task(6)));  // alone: runs by itself once its delay is over
+  s.stop();
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_EQ(batches[0], (std::vector<int>{1, 3, 4}));  // a, b, c: the oldest three streams
+  EXPECT_EQ(batches[1], (std::vector<int>{5, 2}));     // d, then a's second frame
+  EXPECT_EQ(alone, (std::vector<int>{6}));
+  EXPECT_EQ(s.batches(), 2u);
+  EXPECT_EQ(s.batched_tasks(), 5u);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Over HTTP
 
@@ -300,6 +356,55 @@ TEST(Server, EightConcurrentStreamsKeepTheirOwnHistory) {
       EXPECT_EQ(got[s][k]["used_history"].get<bool>(), k > 0) << "stream " << s << " frame " << k;
     }
   }
+}
+
+// With --max-batch the server runs frames of different streams as batches: every answer is
+// still the library's for that stream alone, and the metrics say batches ran.
+TEST(Server, BatchedFramesEqualTheLibrary) {
+  constexpr int kStreams = 4, kFrames = 3;
+  ServiceOptions so;
+  so.workers = 1;
+  so.max_batch = 4;
+  so.batch_delay_seconds = 0.5;
+  RunningServer server(so);
+  std::vector<std::vector<json>> frames(kStreams);
+  for (int s = 0; s < kStreams; ++s) {
+    for (int k = 0; k < kFrames; ++k) {
+      frames[s].push_back(micro_frame((k + s) % 3, "batched-" + std::to_string(s), 2000.0 + 11.0 * s + 0.5 * k));
+    }
+  }
+  std::vector<std::vector<json>> got(kStreams);
+  std::vector<std::string> failures(kStreams);
+  std::vector<std::thread> clients;
+  for (int s = 0; s < kStreams; ++s) {
+    clients.emplace_back([&, s] {
+      auto cli = server.client();
+      for (int k = 0; k < kFrames; ++k) {
+        const auto r = cli->Post(frames_path("batched-" + std::to_string(s)), json_body(frames[s][k]), "application/json");
+        if (!r || r->status != 200) {
+          failures[s] = r ? r->body : httplib::to_string(r.error());
+          return;
+        }
+        got[s].push_back(parse(r->body));
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  for (int s = 0; s < kStreams; ++s) {
+    ASSERT_EQ(failures[s], "") << "stream " << s;
+    const std::vector<json> want = library_run(frames[s]);
+    for (int k = 0; k < kFrames; ++k) EXPECT_EQ(got[s][k], want[k]) << "stream " << s << " frame " << k;
+  }
+  auto cli = server.client();
+  const auto metrics = cli->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  // The four clients' frames arrive within the half-second delay of the first: batches ran.
+  const size_t at = metrics->body.find("\nbevformer_batches_total ");
+  ASSERT_NE(at, std::string::npos) << metrics->body;
+  EXPECT_GE(std::stod(metrics->body.substr(at + 25)), 1.0) << metrics->body.substr(at, 40);
+  const auto model = cli->Get("/v1/model");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(parse(model->body)["server"]["max_batch"], 4);
 }
 
 TEST(Server, MalformedRequestsGet4xxAndOtherStreamsCarryOn) {

@@ -1,4 +1,5 @@
-// bevformer bench [--config C] [--precision P] [--frames N] [--warmup W] [--eager] [--pipeline] [--json]: a
+// bevformer bench [--config C] [--precision P] [--frames N] [--warmup W] [--eager] [--pipeline]
+// [--streams S --batch N] [--json]: a
 // full-size model on a synthetic six-camera drive, as a user's stream runs it: median and p90
 // frame latency, throughput, the parts of a frame, a per-stage breakdown from the profiler, the
 // FLOP floor at this machine's measured peak, and the peak resident set.
@@ -36,6 +37,12 @@ Runner add_bench(CLI::App& app) {
   sub->add_flag("--eager", o->eager, "Run every frame eagerly instead of replaying the recorded stages");
   sub->add_flag("--pipeline", o->pipeline,
                 "Run frame k+1's image stage on a second thread while frame k's bev stage runs (throughput)");
+  sub->add_option("--streams", o->streams, "Synthetic vehicles driving at once (own rig, pose and images each)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  sub->add_option("--batch", o->batch, "Vehicles' frames per batch (at most --streams)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   sub->add_flag("--no-stages", *no_stages, "Skip the profiled frame (no per-stage breakdown, no FLOP count)");
   sub->add_flag("--no-peak", *no_peak, "Skip measuring the machine's matmul peak (no floor)");
   sub->add_flag("--json", *json, "Print one JSON object on stdout (progress stays on stderr)");

@@ -1,7 +1,7 @@
 // bevformer serve [--weights W] [--config C] [--host H] [--port P] [--workers N] [--queue N]
 // [--timeout S] [--max-body-mb N] [--max-inflight-mb N] [--max-cameras N] [--http-threads N]
 // [--max-connections N] [--read-timeout S] [--threads N] [--precision f32|bf16] [--max-streams N]
-// [--stream-ttl S] [--pipeline]: the HTTP API of docs/API.md. SIGTERM or SIGINT stops it
+// [--stream-ttl S] [--pipeline] [--max-batch N] [--batch-delay-ms D]: the HTTP API of docs/API.md. SIGTERM or SIGINT stops it
 // gracefully: new frames get 503, accepted ones finish, then it exits 0.
 #include <pthread.h>
 #include <signal.h>
@@ -43,6 +43,8 @@ struct ServeArgs {
   size_t max_streams = 64;
   double stream_ttl = 600;
   bool pipeline = false;
+  size_t max_batch = 1;
+  double batch_delay_ms = 5;
 };
 
 int run(const ServeArgs& a) {
@@ -62,6 +64,7 @@ int run(const ServeArgs& a) {
   knobs.max_streams = a.max_streams;
   knobs.stream_ttl_seconds = a.stream_ttl;
   knobs.pipeline = a.pipeline;
+  knobs.max_batch = static_cast<int>(a.max_batch);
   if (a.max_inflight_mb < 3 * a.max_body_mb) {
     // A body counts three times while it is parsed: a larger one could never be taken, only refused 503.
     throw bev::Error(bev::ErrorKind::kInvalidInput, "--max-inflight-mb " + std::to_string(a.max_inflight_mb) + " is below three times --max-body-mb " +
@@ -76,6 +79,8 @@ int run(const ServeArgs& a) {
   server::ServiceOptions so;
   so.workers = a.workers;
   so.queue_capacity = a.queue;
+  so.max_batch = a.max_batch;
+  so.batch_delay_seconds = a.batch_delay_ms * 1e-3;
   so.request_timeout_seconds = a.timeout;
   so.max_body_bytes = a.max_body_mb << 20;
   so.max_inflight_bytes = a.max_inflight_mb << 20;
@@ -96,7 +101,8 @@ int run(const ServeArgs& a) {
                      {"stream_ttl_seconds", knobs.stream_ttl_seconds},
                      {"max_gap_seconds", knobs.max_gap_seconds},
                      {"replay", knobs.replay},
-                     {"pipeline", knobs.pipeline}}},
+                     {"pipeline", knobs.pipeline},
+                     {"max_batch", knobs.max_batch}}},
                    {"http",
                     {{"threads", a.http_threads},
                      {"max_connections", a.max_connections},
@@ -141,6 +147,13 @@ Runner add_serve(CLI::App& app) {
   sub->add_option("--host", a->host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", a->port, "Port (0: any free port, printed at start)")->capture_default_str()->check(CLI::Range(0, 65535));
   sub->add_option("--workers", a->workers, "Frames of different streams processed at once")->capture_default_str()->check(CLI::Range(1, 256));
+  sub->add_option("--max-batch", a->max_batch,
+                  "Frames of distinct streams run as one batch (dynamic batching, oldest first; 1: one at a time)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  sub->add_option("--batch-delay-ms", a->batch_delay_ms, "How long a frame may wait for others to join its batch")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 10000.0));
   sub->add_option("--queue", a->queue, "Frames that may wait for a worker; past it requests get 429")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   sub->add_option("--timeout", a->timeout, "Seconds a frame request may take (queue + run); past it 504")->capture_default_str()->check(CLI::PositiveNumber);
   sub->add_option("--max-body-mb", a->max_body_mb, "Largest request body (MiB); past it 413")->capture_default_str()->check(CLI::Range(1, 4096));

@@ -29,6 +29,12 @@ struct BenchOptions {
   bool stages = true;             // profile one extra frame for the per-stage breakdown
   bool measure_peak = true;       // measure this machine's matmul peak (about a second)
   std::string backend = "cpu";    // available_backends() (bevformer/model.h)
+  // A fleet: `streams` synthetic vehicles (each on its own rig, pose and images) drive at once;
+  // each step runs every vehicle's next frame, `batch` vehicles per batch (Model::detect_batch's
+  // path). A frame's latency is its batch's wall time; parts and stages are per frame (a batch's
+  // time over its frames). streams 1, batch 1 is the single-stream drive above.
+  int streams = 1;
+  int batch = 1;
 };
 
 // One stage of DESIGN §3 (img.layer1, enc0.tsa, ...) in the profiled frame.
@@ -48,6 +54,8 @@ struct BenchReport {
   std::string backend, cpu, isa;  // its parts: the backend's name, the processor, the ISA dispatched to
   int threads = 0, frames = 0, warmup = 0;
   std::string mode;  // "replay" | "eager", then ", pipelined" when it was
+  int streams = 1, batch = 1;  // vehicles, and frames per batch
+  double slot_mb = 0;          // batch > 1: memory of the batched stages per batch slot (arenas, MiB)
   double first_frame_ms = 0;  // warm-up frame 0: recording the image and first-frame bev plans
   std::vector<double> frame_ms;  // each timed frame, wall clock
   double median_ms = 0, p90_ms = 0, mean_ms = 0, min_ms = 0, max_ms = 0;

@@ -155,9 +155,53 @@ void run_pipelined(StageRunner& model, const ModelConfig& cfg, uint64_t seed, in
   }
 }
 
+// Vehicle v of a synthetic fleet: its own images and pose (seed + v) and, past the first, its
+// own rig (every camera's focal length 2% longer per vehicle, as after another calibration).
+FrameInput vehicle_frame(const ModelConfig& cfg, uint64_t seed, int vehicle, int k) {
+  FrameInput f = synthetic_frame(cfg, seed + static_cast<uint64_t>(vehicle), k);
+  const double scale = 1.0 + 0.02 * vehicle;
+  for (auto& m : f.lidar2img) {
+    for (size_t c = 0; c < 8; ++c) m[c] *= scale;
+  }
+  return f;
+}
+
+// A fleet's drive: each step runs every vehicle's next frame, `batch` vehicles per batch.
+// `finished(step, output, batch wall time, batch size)` sees every frame.
+void run_fleet(StageRunner& model, const ModelConfig& cfg, uint64_t seed, int streams, int batch, int steps,
+               std::vector<StreamHistory>& histories,
+               const std::function<void(int, const FrameOutput&, double, int)>& finished) {
+  for (int k = 0; k < steps; ++k) {
+    for (int first = 0; first < streams; first += batch) {
+      const int n = std::min(batch, streams - first);
+      // Made outside the timing: a user's frames arrive prepared by then.
+      std::vector<FrameInput> frames;
+      for (int v = first; v < first + n; ++v) frames.push_back(vehicle_frame(cfg, seed, v, k));
+      std::vector<BatchSample> samples;
+      for (int i = 0; i < n; ++i) samples.push_back({&frames[static_cast<size_t>(i)], &histories[static_cast<size_t>(first + i)]});
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::vector<SampleOutput> out = model.forward_batch(samples);
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      for (const SampleOutput& s : out) {
+        if (s.error) std::rethrow_exception(s.error);
+        finished(k, s.output, ms, n);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 BenchReport run_bench(const BenchOptions& o) {
+  if (o.streams < 1 || o.batch < 1 || o.batch > o.streams) {
+    throw Error(ErrorKind::kInvalidInput, "--streams " + std::to_string(o.streams) + " --batch " + std::to_string(o.batch))
+        .expected("1 <= batch <= streams (a batch holds frames of distinct vehicles)");
+  }
+  if (o.streams > 1 && o.pipeline) {
+    throw Error(ErrorKind::kInvalidInput, "--pipeline with --streams " + std::to_string(o.streams))
+        .expected("one of them: pipelining is the single-stream drive's");
+  }
+
   if (o.frames < 1) throw Error(ErrorKind::kInvalidInput, "--frames " + std::to_string(o.frames)).expected("at least 1");
   if (o.warmup < 2) {
     throw Error(ErrorKind::kInvalidInput, "--warmup " + std::to_string(o.warmup))
@@ -183,6 +227,10 @@ BenchReport run_bench(const BenchOptions& o) {
   r.frames = o.frames;
   r.warmup = o.warmup;
   r.mode = std::string(o.eager ? "eager" : "replay") + (o.pipeline ? ", pipelined" : "");
+  const bool fleet = o.streams > 1;
+  r.streams = o.streams;
+  r.batch = o.batch;
+  if (fleet) r.frames = o.frames * o.streams;
   r.weights = o.weights.empty() ? "random (seed " + std::to_string(o.seed) + ")" : o.weights;
 
   std::unique_ptr<Engine> engine;
@@ -238,8 +286,31 @@ BenchReport run_bench(const BenchOptions& o) {
     decode.push_back(out.decode_seconds * 1e3);
     log_info("bench: frame ", k - o.warmup + 1, " of ", o.frames, ": ", ms, " ms");
   };
+  // A fleet's frame: its latency is its batch's wall time, its parts its share of the batch's.
+  double fleet_ms = 0;
+  size_t fleet_frames = 0;
+  const auto fleet_finished = [&](int k, const FrameOutput& out, double batch_ms, int n) {
+    if (k > 0 && !out.used_history) {
+      throw Error(ErrorKind::kInternal, "bench step " + std::to_string(k) + " did not use the history");
+    }
+    if (k == 0 && r.first_frame_ms == 0) r.first_frame_ms = batch_ms;
+    if (++fleet_frames % static_cast<size_t>(o.streams) == 0) {
+      log_info("bench: step ", k + 1, " of ", total, k < o.warmup ? " (warm-up)" : "", ": ", o.streams, " vehicles, last batch ",
+               batch_ms, " ms");
+    }
+    if (k < o.warmup) return;
+    r.frame_ms.push_back(batch_ms);
+    fleet_ms += batch_ms / n;
+    geometry.push_back(out.geometry_seconds * 1e3);
+    image.push_back(out.image_seconds * 1e3 / n);
+    bev.push_back(out.bev_seconds * 1e3 / n);
+    decode.push_back(out.decode_seconds * 1e3);
+  };
+  std::vector<StreamHistory> histories(static_cast<size_t>(o.streams));
   if (o.pipeline) {
     run_pipelined(*model, cfg, o.seed, total, finished);
+  } else if (fleet) {
+    run_fleet(*model, cfg, o.seed, o.streams, o.batch, total, histories, fleet_finished);
   } else {
     for (int k = 0; k < total; ++k) {
       // The frame is made outside the timing: a user's frame arrives prepared by then.
@@ -255,14 +326,24 @@ BenchReport run_bench(const BenchOptions& o) {
   double sum = 0;
   for (double v : r.frame_ms) sum += v;
   r.mean_ms = sum / static_cast<double>(r.frame_ms.size());
-  // Pipelined frames overlap: throughput is over the timed span, not the sum of latencies.
-  r.fps = static_cast<double>(o.frames) /
-          std::chrono::duration<double>(o.pipeline ? last_timed_end - first_timed_start : timed).count();
+  // Pipelined frames overlap: throughput is over the timed span, not the sum of latencies; a
+  // batch's frames share its wall time.
+  r.fps = fleet ? static_cast<double>(r.frames) / (fleet_ms * 1e-3)
+                : static_cast<double>(o.frames) /
+                      std::chrono::duration<double>(o.pipeline ? last_timed_end - first_timed_start : timed).count();
   r.geometry_ms = quantile(geometry, 0.5);
   r.image_ms = quantile(image, 0.5);
   r.bev_ms = quantile(bev, 0.5);
   r.decode_ms = quantile(decode, 0.5);
   r.peak_rss_mb = static_cast<double>(peak_resident_bytes()) / (1 << 20);
+  if (fleet && o.batch > 1) {
+    const std::string tag = "(batch " + std::to_string(o.batch) + ")";
+    size_t bytes = 0;
+    for (const StageRunner::StageInfo& st : model->stage_info()) {
+      if (st.name.find(tag) != std::string::npos) bytes += st.arena_bytes;
+    }
+    r.slot_mb = static_cast<double>(bytes) / o.batch / (1 << 20);
+  }
 
   if (o.stages) {
     // One more frame of the same drive with every op timed. Replayed: the two recorded stages on
@@ -270,7 +351,27 @@ BenchReport run_bench(const BenchOptions& o) {
     Profiler profiler;
     profiler.reserve(8192);
     const FrameInput frame = synthetic_frame(cfg, o.seed, total);
-    if (o.eager) {
+    if (fleet) {
+      // One more batch of the fleet (its first `batch` vehicles), every op timed; per frame.
+      std::vector<FrameInput> frames;
+      std::vector<BatchSample> samples;
+      for (int v = 0; v < o.batch; ++v) frames.push_back(vehicle_frame(cfg, o.seed, v, total));
+      for (int v = 0; v < o.batch; ++v) samples.push_back({&frames[static_cast<size_t>(v)], &histories[static_cast<size_t>(v)]});
+      backend.attach(&profiler);
+      profiler.signpost("frame");
+      const std::vector<SampleOutput> out = model->forward_batch(samples);
+      profiler.signpost("frame_end");
+      backend.attach(nullptr);
+      for (const SampleOutput& x : out) {
+        if (x.error) std::rethrow_exception(x.error);
+      }
+      r.stages = stages_of(profiler, profiler.ranges("frame"), {});
+      for (BenchStage& st : r.stages) {
+        st.group = st.name.rfind("img", 0) == 0 ? "image" : "bev";
+        st.ms /= o.batch;
+        st.gflop /= o.batch;
+      }
+    } else if (o.eager) {
       backend.attach(&profiler);
       profiler.signpost("frame");
       model->forward(frame);
@@ -337,6 +438,9 @@ std::string bench_json(const BenchReport& r) {
                             {"isa", r.isa},
                             {"threads", r.threads},
                             {"mode", r.mode},
+                            {"streams", r.streams},
+                            {"batch", r.batch},
+                            {"slot_mb", r.slot_mb},
                             {"frames", r.frames},
                             {"warmup", r.warmup},
                             {"first_frame_ms", r.first_frame_ms},
@@ -369,6 +473,11 @@ std::string format_bench(const BenchReport& r) {
   std::snprintf(buf, sizeof buf, "bench: %s, weights %s, %s, %s, %s\n", r.config.c_str(), r.weights.c_str(),
                 r.precision.c_str(), r.mode.c_str(), r.device.c_str());
   out += buf;
+  if (r.streams > 1) {
+    std::snprintf(buf, sizeof buf, "fleet: %d vehicles, %d per batch (a frame's latency is its batch's wall time; parts and stages per frame)\n",
+                  r.streams, r.batch);
+    out += buf;
+  }
   std::snprintf(buf, sizeof buf,
                 "frame: median %.1f ms, p90 %.1f ms (min %.1f, max %.1f) over %d frames after %d warm-up; %.2f frames/s\n",
                 r.median_ms, r.p90_ms, r.min_ms, r.max_ms, r.frames, r.warmup, r.fps);
@@ -407,8 +516,13 @@ std::string format_bench(const BenchReport& r) {
       out += "\n";
     }
   }
-  std::snprintf(buf, sizeof buf, "peak RSS %.0f MiB (weights %.0f MiB)\n", r.peak_rss_mb, r.weight_mb);
+  std::snprintf(buf, sizeof buf, "peak RSS %.0f MiB (weights %.0f MiB)", r.peak_rss_mb, r.weight_mb);
   out += buf;
+  if (r.slot_mb > 0) {
+    std::snprintf(buf, sizeof buf, "; batched stages' arenas %.0f MiB per batch slot", r.slot_mb);
+    out += buf;
+  }
+  out += "\n";
   return out;
 }
 

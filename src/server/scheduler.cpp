@@ -11,7 +11,10 @@ bool Scheduler::Task::cancel() {
   return true;
 }
 
-Scheduler::Scheduler(size_t workers, size_t capacity) : capacity_(capacity) {
+Scheduler::Scheduler(size_t workers, size_t capacity) : Scheduler(workers, capacity, Batching{}) {}
+
+Scheduler::Scheduler(size_t workers, size_t capacity, Batching batching)
+    : capacity_(capacity), batching_(std::move(batching)) {
   for (size_t i = 0; i < std::max<size_t>(workers, 1); ++i) threads_.emplace_back([this] { work(); });
 }
 
@@ -21,12 +24,18 @@ bool Scheduler::submit(const std::string& stream, std::shared_ptr<Task> task) {
   {
     std::lock_guard lock(mu_);
     if (stopping_ || queued_ >= capacity_) return false;
+    task->submitted_ = std::chrono::steady_clock::now();
     StreamQueue& q = streams_[stream];
     q.tasks.push_back(std::move(task));
     ++queued_;
     if (!q.running && q.tasks.size() == 1) ready_.push_back(stream);
   }
-  cv_.notify_one();
+  // A worker forming a batch waits on the same condition: wake it too.
+  if (batching_.max_batch > 1) {
+    cv_.notify_all();
+  } else {
+    cv_.notify_one();
+  }
   return true;
 }
 
@@ -53,37 +62,71 @@ size_t Scheduler::running() const {
   return running_;
 }
 
+std::pair<std::string, std::shared_ptr<Scheduler::Task>> Scheduler::take_locked() {
+  std::string stream = std::move(ready_.front());
+  ready_.pop_front();
+  StreamQueue& q = streams_[stream];
+  std::shared_ptr<Task> task = std::move(q.tasks.front());
+  q.tasks.pop_front();
+  q.running = true;
+  --queued_;
+  ++running_;
+  return {std::move(stream), std::move(task)};
+}
+
 void Scheduler::work() {
   std::unique_lock lock(mu_);
   while (true) {
     cv_.wait(lock, [&] { return !ready_.empty() || (stopping_ && queued_ == 0); });
     if (ready_.empty()) return;  // stopping, and nothing left to run
-    const std::string stream = std::move(ready_.front());
-    ready_.pop_front();
-    StreamQueue& q = streams_[stream];
-    std::shared_ptr<Task> task = std::move(q.tasks.front());
-    q.tasks.pop_front();
-    q.running = true;
-    --queued_;
-    ++running_;
+    std::vector<std::pair<std::string, std::shared_ptr<Task>>> taken;
+    taken.push_back(take_locked());
+    if (batching_.max_batch > 1) {
+      // Others join until the batch is full or the first task has waited its delay (at once
+      // when stopping: the queue only drains then).
+      const auto deadline = taken.front().second->submitted_ +
+                            std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                std::chrono::duration<double>(batching_.max_delay_seconds));
+      while (taken.size() < batching_.max_batch) {
+        if (!ready_.empty()) {
+          taken.push_back(take_locked());
+          continue;
+        }
+        if (stopping_ || std::chrono::steady_clock::now() >= deadline) break;
+        cv_.wait_until(lock, deadline, [&] { return !ready_.empty() || stopping_; });
+      }
+    }
     lock.unlock();
-    bool run = false;
-    {
+    std::vector<std::shared_ptr<Task>> run;
+    for (auto& [stream, task] : taken) {
       std::lock_guard task_lock(task->mu_);
-      if (!task->cancelled_) run = task->started_ = true;
+      if (!task->cancelled_) {
+        task->started_ = true;
+        run.push_back(task);
+      }
     }
-    if (run) task->run_();  // the task reports its own errors; it must not throw
-    task.reset();
+    // The tasks report their own errors; they must not throw.
+    if (run.size() == 1) {
+      run.front()->run_();
+    } else if (run.size() > 1) {
+      ++batches_;
+      batched_tasks_ += run.size();
+      batching_.run_batch(run);
+    }
+    run.clear();
     lock.lock();
-    --running_;
-    StreamQueue& after = streams_[stream];
-    after.running = false;
-    if (!after.tasks.empty()) {
-      ready_.push_back(stream);
-    } else {
-      streams_.erase(stream);
+    for (auto& [stream, task] : taken) {
+      task.reset();
+      --running_;
+      StreamQueue& after = streams_[stream];
+      after.running = false;
+      if (!after.tasks.empty()) {
+        ready_.push_back(stream);
+      } else {
+        streams_.erase(stream);
+      }
     }
-    cv_.notify_all();  // a waiting worker may take this stream's next task, or stop
+    cv_.notify_all();  // a waiting worker may take these streams' next tasks, or stop
   }
 }
 

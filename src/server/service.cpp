@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <vector>
 
 #include "bevformer/error.h"
 #include "server/api_error.h"
@@ -50,13 +51,33 @@ struct FrameJob {
   HttpResponse response;
 };
 
+// A queued frame: the request, the memory it holds, and where its answer goes.
+struct PendingFrame {
+  std::shared_ptr<FrameRequest> frame;
+  std::shared_ptr<MemoryLease> held;
+  std::shared_ptr<FrameJob> job;
+  double queued_at = 0;
+
+  void answer(HttpResponse r) {
+    // Freed before the answer goes out, so the budget is free again when the client sees it.
+    frame.reset();
+    held.reset();
+    std::lock_guard lock(job->mu);
+    job->response = std::move(r);
+    job->done = true;
+    job->cv.notify_all();
+  }
+};
+
 }  // namespace
 
 Service::Service(Model& model, ServiceOptions options)
     : model_(model),
       options_(std::move(options)),
       memory_(options_.max_inflight_bytes),
-      scheduler_(options_.workers, options_.queue_capacity) {}
+      scheduler_(options_.workers, options_.queue_capacity,
+                 Scheduler::Batching{std::max<size_t>(options_.max_batch, 1), options_.batch_delay_seconds,
+                                     [this](const std::vector<std::shared_ptr<Scheduler::Task>>& tasks) { run_batch(tasks); }}) {}
 
 Service::~Service() { finish(); }
 
@@ -134,16 +155,11 @@ HttpResponse Service::post_frame(const std::string& stream, HttpRequest& request
   metrics_.observe("parse", queued_at - t0);
 
   auto job = std::make_shared<FrameJob>();
-  auto task = std::make_shared<Scheduler::Task>([this, job, frame, held, queued_at]() mutable {
-    HttpResponse r = run_frame(*frame, queued_at);
-    // Freed before the answer goes out, so the budget is free again when the client sees it.
-    frame.reset();
-    held.reset();
-    std::lock_guard lock(job->mu);
-    job->response = std::move(r);
-    job->done = true;
-    job->cv.notify_all();
-  });
+  auto pending = std::make_shared<PendingFrame>(PendingFrame{frame, held, job, queued_at});
+  frame.reset();
+  held.reset();
+  auto task = std::make_shared<Scheduler::Task>(
+      [this, pending]() { pending->answer(run_frame(*pending->frame, pending->queued_at)); }, pending);
   if (!scheduler_.submit(stream, task)) {
     if (shutting_down_) return error_response(503, "shutting_down", "the server is shutting down and takes no new frames");
     HttpResponse r = error_response(
@@ -172,23 +188,10 @@ HttpResponse Service::run_frame(const FrameRequest& request, double queued_at) {
   metrics_.observe("queue", now_seconds() - queued_at);
   const Frame& frame = request.frame;
   try {
-    // Frames of one stream run one at a time (the scheduler), so this check cannot race with
-    // another frame of the same stream.
-    for (const StreamStatus& s : model_.streams()) {
-      if (s.id == frame.stream && s.frames > 0 && !(frame.timestamp > s.last_timestamp)) {
-        return error_response(409, "out_of_order",
-                              "timestamp " + fixed6(frame.timestamp) + " is not after the stream's last frame (" +
-                                  fixed6(s.last_timestamp) + "); frames of a stream must be sent in time order. DELETE /v1/streams/" +
-                                  frame.stream + " to start it again");
-      }
-    }
+    if (auto refused = out_of_order(frame)) return *refused;
     // The parsed frame as it is: its images view the request's bytes (no base dir: no file is read).
     const Detections d = model_.detect(frame, "");
-    metrics_.observe("prepare", d.prepare_seconds);
-    metrics_.observe("geometry", d.geometry_seconds);
-    metrics_.observe("image", d.image_seconds);
-    metrics_.observe("bev", d.bev_seconds);
-    metrics_.observe("output", d.output_seconds);
+    observe_parts(d);
     HttpResponse r;
     r.body = d.json + "\n";
     return r;
@@ -196,6 +199,66 @@ HttpResponse Service::run_frame(const FrameRequest& request, double queued_at) {
     return error_response(api_error_from(e, ErrorStage::kModel));
   } catch (const std::exception& e) {
     return error_response(500, "internal", std::string("internal error: ") + e.what());
+  }
+}
+
+std::optional<HttpResponse> Service::out_of_order(const Frame& frame) const {
+  for (const StreamStatus& s : model_.streams()) {
+    if (s.id == frame.stream && s.frames > 0 && !(frame.timestamp > s.last_timestamp)) {
+      return error_response(409, "out_of_order",
+                            "timestamp " + fixed6(frame.timestamp) + " is not after the stream's last frame (" +
+                                fixed6(s.last_timestamp) + "); frames of a stream must be sent in time order. DELETE /v1/streams/" +
+                                frame.stream + " to start it again");
+    }
+  }
+  return std::nullopt;
+}
+
+void Service::observe_parts(const Detections& d) {
+  metrics_.observe("prepare", d.prepare_seconds);
+  metrics_.observe("geometry", d.geometry_seconds);
+  metrics_.observe("image", d.image_seconds);
+  metrics_.observe("bev", d.bev_seconds);
+  metrics_.observe("output", d.output_seconds);
+}
+
+void Service::run_batch(const std::vector<std::shared_ptr<Scheduler::Task>>& tasks) {
+  std::vector<PendingFrame*> pending;
+  std::vector<Frame> frames;  // copies share the requests' image bytes (views)
+  for (const auto& t : tasks) {
+    auto* p = static_cast<PendingFrame*>(t->payload().get());
+    metrics_.observe("queue", now_seconds() - p->queued_at);
+    try {
+      if (auto refused = out_of_order(p->frame->frame)) {
+        p->answer(std::move(*refused));
+        continue;
+      }
+      frames.push_back(p->frame->frame);
+      pending.push_back(p);
+    } catch (const std::exception& e) {
+      p->answer(error_response(500, "internal", std::string("internal error: ") + e.what()));
+    }
+  }
+  if (pending.empty()) return;
+  std::vector<FrameOutcome> out;
+  try {
+    out = model_.detect_batch(frames, "", {}, static_cast<int>(frames.size()));
+  } catch (const Error& e) {
+    for (PendingFrame* p : pending) p->answer(error_response(api_error_from(e, ErrorStage::kModel)));
+    return;
+  } catch (const std::exception& e) {
+    for (PendingFrame* p : pending) p->answer(error_response(500, "internal", std::string("internal error: ") + e.what()));
+    return;
+  }
+  for (size_t i = 0; i < pending.size(); ++i) {
+    if (out[i].error) {
+      pending[i]->answer(error_response(api_error_from(*out[i].error, ErrorStage::kModel)));
+      continue;
+    }
+    observe_parts(*out[i].detections);
+    HttpResponse r;
+    r.body = out[i].detections->json + "\n";
+    pending[i]->answer(std::move(r));
   }
 }
 
@@ -225,6 +288,8 @@ HttpResponse Service::get_model() const {
   j["classes"] = model_.class_names();
   j["config_summary"] = model_.config_summary();
   j["server"] = {{"workers", options_.workers},
+                 {"max_batch", options_.max_batch},
+                 {"batch_delay_seconds", options_.batch_delay_seconds},
                  {"queue_capacity", options_.queue_capacity},
                  {"request_timeout_seconds", options_.request_timeout_seconds},
                  {"max_body_bytes", options_.max_body_bytes},
@@ -241,6 +306,10 @@ HttpResponse Service::get_metrics() {
   const std::vector<Metrics::Sample> sampled = {
       {"bevformer_queue_depth", "Frames waiting for a worker.", "gauge", static_cast<double>(scheduler_.queued())},
       {"bevformer_frames_running", "Frames being processed.", "gauge", static_cast<double>(scheduler_.running())},
+      {"bevformer_batches_total", "Batches of two or more frames run together (--max-batch).", "counter",
+       static_cast<double>(scheduler_.batches())},
+      {"bevformer_batched_frames_total", "Frames that ran in those batches.", "counter",
+       static_cast<double>(scheduler_.batched_tasks())},
       {"bevformer_queue_capacity", "Frames that may wait before requests get 429.", "gauge",
        static_cast<double>(options_.queue_capacity)},
       {"bevformer_active_streams", "Streams holding history.", "gauge", static_cast<double>(t.active)},

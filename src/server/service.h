@@ -15,6 +15,8 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <optional>
+#include <vector>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -35,6 +37,10 @@ struct ServiceOptions {
   double request_timeout_seconds = 30;   // queue wait + run; past it: 504
   size_t max_body_bytes = 64u << 20;     // past it: 413
   size_t max_inflight_bytes = 1u << 30;  // request bytes held at once (memory_budget.h); past it: 503 busy
+  // Dynamic batching: up to max_batch frames of distinct streams run as one batch
+  // (Model::detect_batch), a frame waiting at most batch_delay_seconds for others to join.
+  size_t max_batch = 1;
+  double batch_delay_seconds = 0.005;
   RequestLimits limits;
   nlohmann::json model_info = nlohmann::json::object();  // config, weights, backend, knobs (shown by /v1/model)
 };
@@ -63,6 +69,12 @@ class Service {
   HttpResponse dispatch(const Route& route, HttpRequest& request);
   HttpResponse post_frame(const std::string& stream, HttpRequest& request);
   HttpResponse run_frame(const FrameRequest& frame, double queued_at);
+  // The frames of a batch, each answered as run_frame would answer it alone.
+  void run_batch(const std::vector<std::shared_ptr<Scheduler::Task>>& tasks);
+  // 409 when a frame is not after its stream's last one (frames of one stream run one at a time,
+  // so this cannot race with another frame of the same stream).
+  std::optional<HttpResponse> out_of_order(const Frame& frame) const;
+  void observe_parts(const Detections& d);
   HttpResponse get_streams() const;
   HttpResponse delete_stream(const std::string& stream);
   HttpResponse get_model() const;
