@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Configures and builds one tree quietly; prints the compiler output only when the build fails.
+# Configures and builds one tree: progress every 20 s, the compiler output only when the build fails.
 # Usage: scripts/build.sh DIR [cmake -D options...]
 set -euo pipefail
 dir=$1
@@ -13,10 +13,25 @@ t0=$(date +%s)
 if [ ! -f "$dir/build.ninja" ]; then
   set -- -G Ninja "${launcher[@]}" "$@"
 fi
-if ! cmake -S . -B "$dir" "$@" >"$log" 2>&1 || ! cmake --build "$dir" -- -j"$(nproc)" >>"$log" 2>&1; then
+fail() {
   grep -E 'error|Error|FAILED' "$log" | head -n 40 >&2 || true
   echo "build: $dir FAILED; full log in $log" >&2
   tail -n 60 "$log" >&2
   exit 1
-fi
+}
+cmake -S . -B "$dir" "$@" >"$log" 2>&1 || fail
+# The build runs in the background while its progress ([done/total] steps, from ninja's log
+# lines) is printed every 20 s: a first build takes many minutes, and a silent one looks hung.
+cmake --build "$dir" -- -j"$(nproc)" >>"$log" 2>&1 &
+pid=$!
+last=""
+while kill -0 "$pid" 2>/dev/null; do
+  for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null && sleep 1; done
+  step=$(grep -o '^\[[0-9]*/[0-9]*\]' "$log" | tail -n 1 || true)
+  if [ -n "$step" ] && [ "$step" != "$last" ] && kill -0 "$pid" 2>/dev/null; then
+    echo "build: $dir $step steps, $(( $(date +%s) - t0 )) s"
+    last=$step
+  fi
+done
+wait "$pid" || fail
 echo "build: $dir ok in $(( $(date +%s) - t0 )) s"

@@ -46,6 +46,12 @@ body=$(tail -c +18 "$work/seeds/fuzz_server_request/json")
 } >"$work/seeds/fuzz_http_connection/pipelined"
 printf '\x81GET / HTTP/1.0\r\n\r\nPOST /v1/streams/s/frames HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n{' \
   >"$work/seeds/fuzz_http_connection/short"
+# fuzz_pandaset: a selector byte ('0' poses, '1' timestamps, '2' intrinsics), then the file.
+mkdir -p "$work/seeds/fuzz_pandaset"
+printf '0[{"position":{"x":120.5,"y":-40.25,"z":1.85},"heading":{"w":0.98,"x":0.0,"y":0.0,"z":0.19899748742132398}}]' \
+  >"$work/seeds/fuzz_pandaset/poses"
+printf '1[1557540000.25,1557540000.35]' >"$work/seeds/fuzz_pandaset/timestamps"
+printf '2{"fx":1970.01,"fy":1970.01,"cx":970.0,"cy":483.2}' >"$work/seeds/fuzz_pandaset/intrinsics"
 # fuzz_oip_request: the Inference-Header-Content-Length value ("-": none), a newline, the body: a
 # JSON request with the frame seed inline, and one with FRAME and IMAGES in the binary section.
 mkdir -p "$work/seeds/fuzz_oip_request"
@@ -86,7 +92,7 @@ PY
 mkdir -p "$work/seeds/fuzz_stream_handoff"
 printf 'BEVHIST1\x01\x00\x00\x00\x07\x00\x00\x00' >"$work/seeds/fuzz_stream_handoff/header"
 head -c 120 /dev/zero >>"$work/seeds/fuzz_stream_handoff/header"
-targets=(fuzz_pth fuzz_safetensors fuzz_pickle fuzz_frame_json fuzz_server_request fuzz_eval_results fuzz_http_connection
+targets=(fuzz_pth fuzz_safetensors fuzz_pickle fuzz_frame_json fuzz_pandaset fuzz_server_request fuzz_eval_results fuzz_http_connection
   fuzz_oip_request fuzz_stream_handoff)
 [ -x "$dir/bin/fuzz_grpc_infer" ] && targets+=(fuzz_grpc_infer)  # built with BEV_GRPC
 fail=0

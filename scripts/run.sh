@@ -6,9 +6,9 @@
 # Usage: scripts/run.sh [CHECKPOINT [CONFIG]]   (CONFIG: tiny|small|base|path.json; default tiny)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-echo "run: building (release)"
-bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release
+bash scripts/setup.sh --main  # what the main job needs: no test frameworks, PyTorch, clang or load tools
+echo "run: building (release: the engine and the CLI; scripts/test.sh builds the tests)"
+bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DBEV_TESTS=OFF -DBEV_BENCH=OFF
 weights=${1:-}
 config=${2:-tiny}
 out=out/demo

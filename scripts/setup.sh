@@ -1,24 +1,33 @@
 #!/usr/bin/env bash
-# Installs everything bevformer.cpp needs to build and test on Debian 12, with apt. Idempotent and
-# quiet: when every package is already there it does nothing and says so in one line.
+# Installs what bevformer.cpp needs on Debian 12, with apt. Idempotent and quiet: when every
+# package is already there it does nothing and says so in one line.
+#   setup.sh          everything: build, run and test (scripts/test.sh, CI)
+#   setup.sh --main   only what the main job needs: build the engine and the CLI, and run them
+#                     (scripts/run.sh): no test frameworks, PyTorch, clang or load tools
 set -euo pipefail
 
-PACKAGES=(
+MAIN_PACKAGES=(
   build-essential cmake ninja-build pkg-config
-  clang libclang-rt-14-dev lld          # libFuzzer targets and sanitizer runtimes
   zlib1g-dev                            # CRC-32 of checkpoint archive entries
   nlohmann-json3-dev libcli11-dev
   libboost1.81-dev                      # the HTTP server: Boost.Asio sockets, Boost.Beast's HTTP/1.1 parser
-  libcpp-httplib-dev wrk                # HTTP client of the tests and bench/load_client; load tools
   libjpeg62-turbo-dev                   # JPEG data checked scan by scan (libjpeg's warnings as errors)
   libdnnl-dev ocl-icd-opencl-dev        # oneDNN 2.6 (its CMake config needs the OpenCL headers)
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev  # image decode, resize, drawing
+  libopencv-videoio-dev                 # detect --video (OpenCV's writer; its FFmpeg backend writes H.264)
+)
+TEST_PACKAGES=(
+  clang libclang-rt-14-dev lld          # libFuzzer targets and sanitizer runtimes
+  libcpp-httplib-dev wrk                # HTTP client of the tests and bench/load_client; load tools
   libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # serve --grpc-port (the Open Inference Protocol over gRPC)
   haproxy curl python3-venv             # deploy/haproxy.cfg, scripts/fleet.sh; the tritonclient checks' venv
+  curl jq                               # the documentation's commands (tests/check_doc_commands.py)
   python3-torch python3-numpy libopenblas0-openmp  # reference/ (PyTorch reference; OpenBLAS: netlib BLAS is ~7x slower)
   python3-dev pybind11-dev python3-pybind11 python3-pytest python3-distributed python3-venv  # the Python package (docs/PYTHON.md)
 )
+PACKAGES=("${MAIN_PACKAGES[@]}")
+[ "${1:-}" = --main ] || PACKAGES+=("${TEST_PACKAGES[@]}")
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -3,7 +3,8 @@
 #   1. the release build's tests (unit, golden, CLI; CUDA tests skip without a device),
 #   2. the same tests built with AddressSanitizer + UndefinedBehaviorSanitizer (CPU-only build),
 #   3. each libFuzzer target for FUZZ_SECONDS (default 30) on a seed corpus.
-# Environment: FUZZ_SECONDS, SKIP_ASAN=1, SKIP_FUZZ=1.
+# Environment: FUZZ_SECONDS, SKIP_ASAN=1, SKIP_FUZZ=1, DOC_COMMANDS=1 (also the tests labelled `docs`:
+# every command the README, docs/API.md and docs/PROFILING.md print, run as printed; minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -12,9 +13,12 @@ step() { printf '\n== %s\n' "$*"; }
 start=$(date +%s)
 
 step "build (release)"
-bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release
+bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DBEV_TESTS=ON -DBEV_BENCH=ON  # scripts/run.sh builds without them
 step "tests (release)"
-ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600
+docs=(-LE docs)
+[ "${DOC_COMMANDS:-0}" = 1 ] && docs=()
+ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600 "${docs[@]}"
+python3 scripts/skipped_tests.py build  # ctest says only "Skipped"; each test's reason
 
 if [ "${SKIP_ASAN:-0}" != 1 ]; then
   step "build (ASan+UBSan, CPU only)"
@@ -23,6 +27,7 @@ if [ "${SKIP_ASAN:-0}" != 1 ]; then
   echo "python: the package is not built under ASan (an ASan extension needs libasan preloaded into python3); the release tests ran it"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j"$(nproc)" --timeout 900 -LE slow
+  python3 scripts/skipped_tests.py build-asan
 fi
 
 if [ "${SKIP_FUZZ:-0}" != 1 ]; then

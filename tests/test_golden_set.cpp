@@ -516,6 +516,24 @@ TEST(GoldenDetections, YawWrapsAndScoresAreBounded) {
   EXPECT_TRUE(std::isnan(r.max_box_diff));
 }
 
+// golden --tolerance T scales the detection bounds with it (bf16 runs pass at a looser T);
+// the default tolerance keeps the default bounds.
+TEST(GoldenDetections, BoundsScaleWithTheTensorTolerance) {
+  const DetectionTolerance base, same = detection_tolerance(1e-4), loose = detection_tolerance(1e-2);
+  EXPECT_EQ(same.box_m, base.box_m);
+  EXPECT_EQ(same.yaw_rad, base.yaw_rad);
+  EXPECT_EQ(same.score, base.score);
+  EXPECT_EQ(same.score_tie, base.score_tie);
+  EXPECT_DOUBLE_EQ(loose.box_m, base.box_m * 100);
+  const auto g = golden_detections(1);
+  const size_t i = clear_ranks(g).at(3);
+  auto ours = g;
+  ours[i].box[0] += 2e-2;  // 2 cm: over the default 1 mm, within 1e-2's 10 cm
+  ours[i].score += 5e-4;
+  EXPECT_FALSE(compare_detections(ours, g, same).ok);
+  EXPECT_TRUE(compare_detections(ours, g, loose).ok);
+}
+
 TEST(GoldenDetections, NearTiesAtTheCutAreTolerated) {
   // The set's last detection and an unseen rank-5 one are 4e-6 apart: ours may keep either.
   const std::vector<DetectionRecord> g = {det(0, 1, 0.9), det(1, 2, 0.8), det(2, 3, 0.7), det(3, 4, 0.5)};

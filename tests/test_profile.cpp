@@ -37,8 +37,9 @@ std::string read_text(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-// DESIGN §3's stage names for a config, in order. enc.out carries no op of its own (the
-// encoder's output is the last layer's), so a profile need not show it.
+// DESIGN §3's stage names for a config, in order (enc.out's op is the check of the encoder's
+// output for NaN and infinities). tests/test_profile_report.cpp checks the signposts against the
+// same list.
 std::vector<std::string> expected_stages(const ModelConfig& cfg) {
   std::vector<std::string> s = {"img.stem"};
   const int last = *std::max_element(cfg.backbone.out_indices.begin(), cfg.backbone.out_indices.end());
@@ -254,7 +255,7 @@ TEST_F(ProfileMicro, TraceParsesAsChromeTrace) {
   for (const nlohmann::json& e : events) {
     ASSERT_TRUE(e.contains("ph") && e.contains("pid") && e.contains("name")) << e.dump();
     const std::string ph = e["ph"], name = e["name"];
-    if (ph == "M") continue;
+    if (ph == "M" || ph == "i") continue;  // metadata; instants: the eager run's module-stage signposts
     ASSERT_TRUE(e.contains("tid") && e["ts"].is_number()) << e.dump();
     if (ph == "B") {
       ++begins[name];
@@ -282,10 +283,12 @@ TEST_F(ProfileMicro, TraceParsesAsChromeTrace) {
   }
   for (const auto& [name, n] : open) EXPECT_EQ(n, 0) << "unclosed " << name;
   const ProfileReport& r = *report_;
-  EXPECT_EQ(begins["trace"], 1);
-  EXPECT_EQ(begins["image"], r.rounds);
-  EXPECT_EQ(begins["bev"], r.rounds);
-  EXPECT_EQ(begins["eager"], 1);
+  // Each round its own window: trace > image, bev; then trace2 > image2, bev2; ...
+  for (int k = 1; k <= r.rounds; ++k) {
+    const std::string n = k == 1 ? "" : std::to_string(k);
+    for (const std::string base : {"trace", "image", "bev"}) EXPECT_EQ(begins[base + n], 1) << base + n;
+  }
+  for (const char* name : {"eager", "eager_image", "eager_bev"}) EXPECT_EQ(begins[name], 1) << name;
   // Every replayed round's ops and the eager frame's (the same ops: labels carried over).
   EXPECT_EQ(op_events, (static_cast<size_t>(r.rounds) + 1) * r.ops_per_frame);
   for (const std::string& s : expected_stages(*cfg_)) EXPECT_TRUE(stage_ranges.count(s)) << s;
@@ -293,6 +296,7 @@ TEST_F(ProfileMicro, TraceParsesAsChromeTrace) {
 
 TEST_F(ProfileMicro, SummariesAndMemoryReportAreWritten) {
   const ProfileReport& r = *report_;
+  EXPECT_EQ(r.input, "synthetic");  // no --input: the synthetic drive (--input: test_profile_report)
   EXPECT_EQ(r.files.size(), 4u);
   for (const std::string& f : r.files) EXPECT_GT(std::filesystem::file_size(f), 0u) << f;
   const nlohmann::json summary = nlohmann::json::parse(read_text(dir_ + "/summary.json"));

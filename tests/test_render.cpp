@@ -7,11 +7,13 @@
 #include <fstream>
 #include <map>
 #include <numbers>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "bevformer/error.h"
 #include "io/detections_json.h"
 #include "io/image.h"
 #include "model/config.h"
@@ -529,6 +531,45 @@ TEST(Render, UntrainedDrawsTopNAndRejectsBadImages) {
   in.cameras.push_back({"CAM_FRONT", Tensor::zeros({10, 10}, DType::kU8), front_camera()});
   EXPECT_THROW(render_frame(in), Error);
   EXPECT_THROW(decode_image(std::vector<uint8_t>{1, 2, 3}, "bytes"), Error);
+}
+
+// --render's extension picks the encoding (PNG, or JPEG for .jpg/.jpeg in any case); anything
+// else is refused by name before any work; the title says whether the history was used.
+TEST(Render, PictureFormatFollowsTheExtensionAndTitleSaysHistory) {
+  EXPECT_EQ(picture_format("a/b.png"), ".png");
+  EXPECT_EQ(picture_format("a/b.JPEG"), ".jpg");
+  EXPECT_EQ(picture_format("b.Jpg"), ".jpg");
+  for (const char* bad : {"b.bmp", "b", "dir.png/b", "b.png.gif"}) {
+    try {
+      picture_format(bad);
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput) << bad;
+      EXPECT_NE(std::string(e.what()).find(".jpg"), std::string::npos) << e.what();
+    }
+  }
+  RenderInput in;
+  in.class_names = nuscenes_class_names();
+  in.detections.push_back(det({0, 10, -1, 2, 4, 1.5f, 0, 0, 0}, 0, 0.9f));
+  const std::string jpg = std::string(BEV_BINARY_DIR) + "/render_format.jpg";
+  render_frame_to_file(in, jpg);
+  std::ifstream f(jpg, std::ios::binary);
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 3u);
+  EXPECT_EQ(bytes[0], 0xFF);  // JPEG's SOI marker, not PNG's signature
+  EXPECT_EQ(bytes[1], 0xD8);
+  EXPECT_EQ(decode_image(bytes, jpg).size(1), render_frame(in).size(1));
+  // The title band (the top 40 rows) changes with what is known of the history, nothing else.
+  auto title = [&](std::optional<bool> used) {
+    RenderInput x = in;
+    x.used_history = used;
+    const Tensor img = render_frame(x);
+    const auto* p = static_cast<const uint8_t*>(img.raw_data());
+    return std::vector<uint8_t>(p, p + 40 * img.size(1) * 3);
+  };
+  EXPECT_NE(title(true), title(false));
+  EXPECT_NE(title(true), title(std::nullopt));
+  EXPECT_EQ(title(true), title(true));
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// bevformer detect FRAME... [--weights FILE] [--config C] [-o OUT.json] [--render OUT.png]
-// [--gt INFO.json] [--dump DIR] [--nusc results_nusc.json [--resume]] [--shard K/N]
+// bevformer detect FRAME... [--weights FILE] [--config C] [-o OUT.json] [--render OUT.png|.jpg]
+// [--video OUT.mp4 [--video-fps F]] [--gt INFO.json] [--dump DIR] [--nusc results_nusc.json [--resume]] [--shard K/N]
 // [--threads N] [--precision f32|bf16] [--backend B] [--batch N] [--top N]: frames in, detections out.
 //
 // Dataset-scale runs: --nusc writes results_nusc.json one sample at a time (a crash keeps what was
@@ -28,6 +28,8 @@
 #include "io/frame_json.h"
 #include "runtime/engine.h"
 #include "core/log.h"
+#include "render/render.h"
+#include "render/video.h"
 
 namespace bev::cli {
 namespace {
@@ -38,6 +40,8 @@ struct DetectArgs {
   std::string config = "tiny";
   std::string output;
   std::string render;
+  std::string video;
+  double video_fps = 2;
   std::string gt;
   std::string dump;
   std::string nusc;
@@ -125,10 +129,20 @@ int run(const DetectArgs& a) {
   for (const std::string& f : a.frames) frames.push_back(peek_frame(f));
   check_writable(a.output, "-o");
   check_writable(a.nusc, "--nusc");
-  if (!a.render.empty()) check_writable(numbered(a.render, 0, a.frames.size()), "--render");
-  if (a.batch > 1 && !a.render.empty()) {
-    throw Error(ErrorKind::kInvalidInput, "--render with --batch " + std::to_string(a.batch))
+  if (!a.render.empty()) {
+    picture_format(a.render);  // .png or .jpg/.jpeg, refused now rather than after the first frame
+    check_writable(numbered(a.render, 0, a.frames.size()), "--render");
+  }
+  if (a.batch > 1 && (!a.render.empty() || !a.video.empty())) {
+    throw Error(ErrorKind::kInvalidInput, std::string(a.render.empty() ? "--video" : "--render") + " with --batch " +
+                                              std::to_string(a.batch))
         .expected("--batch 1 to render pictures (they are drawn one frame at a time)");
+  }
+  std::unique_ptr<VideoWriter> video;
+  if (!a.video.empty()) {
+    check_video_path(a.video);
+    check_writable(a.video, "--video");
+    video = std::make_unique<VideoWriter>(a.video, a.video_fps);
   }
 
   // The frames this worker runs: its shard's scenes, in input order.
@@ -193,6 +207,7 @@ int run(const DetectArgs& a) {
                   x.class_name.c_str(), x.center[0], x.center[1], x.center[2], x.size[0], x.size[1], x.size[2], x.yaw);
     }
     if (!opt.render_png.empty()) std::printf("  picture: %s\n", opt.render_png.c_str());
+    if (video) video->write(d.picture.bgr.data(), d.picture.width, d.picture.height);
     if (!a.output.empty()) documents[k] = d.json;
     if (results) {
       if (d.nuscenes_json.empty()) {
@@ -210,6 +225,7 @@ int run(const DetectArgs& a) {
     for (const size_t k : todo) {
       DetectOptions opt;
       if (!a.render.empty()) opt.render_png = numbered(a.render, k, a.frames.size());
+      opt.render_picture = video != nullptr;
       opt.ground_truth_info = a.gt;
       opt.dump_dir = a.dump;
       finish(k, model->detect_file(frames[k].path, opt), opt);
@@ -254,6 +270,15 @@ int run(const DetectArgs& a) {
                " frames per batch on average)");
     }
   }
+  if (video) {
+    video->finish();
+    if (video->frames() == 0) {
+      std::printf("video: none written (no frame ran in this run)\n");
+    } else {
+      std::printf("video: %s (%d frames at %g fps, %s)\n", a.video.c_str(), video->frames(), a.video_fps,
+                  video->codec().c_str());
+    }
+  }
   if (results) {
     results->finish();
     std::printf("nuScenes results: %s (%zu sample(s), %zu written by this run)\n", a.nusc.c_str(),
@@ -286,7 +311,12 @@ Runner add_detect(CLI::App& app) {
   sub->add_option("--weights", a->weights, "Checkpoint (.pth or .safetensors); without it a seeded untrained model runs");
   sub->add_option("--config", a->config, "tiny | small | base | upstream-style config JSON")->capture_default_str();
   sub->add_option("-o,--output", a->output, "Write the detections JSON here (one frame: the document; several: {\"frames\": [...]})");
-  sub->add_option("--render", a->render, "Write a picture: cameras with projected boxes and a BEV panel (PNG; _<k> per frame when several)");
+  sub->add_option("--render", a->render, "Write a picture: cameras with projected boxes and a BEV panel (.png, or .jpg/.jpeg for JPEG; _<k> per frame when several)");
+  sub->add_option("--video", a->video,
+                  "Write every frame's picture into one video: .mp4 or .mkv (H.264), .avi (Motion JPEG)");
+  sub->add_option("--video-fps", a->video_fps, "Frames per second of --video")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 1000.0));
   sub->add_option("--gt", a->gt, "mmdet3d info file: draw its ground-truth boxes of the same timestamp too");
   sub->add_option("--dump", a->dump, "Write every stage's tensors per frame as DIR/<stream>_<k>.safetensors, k the frame's index in its stream (golden-set names and layouts)");
   sub->add_option("--nusc", a->nusc, "Write nuScenes results_nusc.json, one sample at a time as frames finish (needs their token and ego pose)");

@@ -1,7 +1,9 @@
-// bevformer profile [--config C] [--weights W] [--frames N] [--rounds R] [--eager] -o DIR: warm-up
-// frames until the history is in use, then R timed replays of each recorded stage (and, with
-// --eager, one eager frame with the stage signposts); writes DIR/trace.json (Chrome trace, opens
-// in Perfetto), summary.json, summary.md and memory.json, and prints the headline.
+// bevformer profile [--config C] [--weights W] [--frames N] [--rounds R] [--eager] [--input FRAME]
+// [--json FILE] [--graph-report DIR] [--max-rss-gb G] -o DIR: warm-up frames until the history
+// is in use, then R timed replays of each recorded stage (and, with --eager, one eager frame with
+// the stage signposts); writes DIR/trace.json (Chrome trace, opens in Perfetto), summary.json,
+// summary.md and memory.json, optionally the run's metadata and a graph report per variant, and
+// prints the headline.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -34,6 +36,19 @@ Runner add_profile(CLI::App& app) {
   sub->add_option("--seed", o->seed, "Seed of the random weights and the synthetic frames")->capture_default_str();
   sub->add_option("--top", o->top_ops, "Ops listed in summary.md")->capture_default_str()->check(CLI::Range(0, 100000));
   sub->add_option("-o,--output", o->out_dir, "Output directory (created)")->required();
+  sub->add_option("--input", o->input,
+                  "A frame JSON run as every warm-up frame (e.g. from convert-pandaset or convert-info); default: "
+                  "synthetic frames");
+  sub->add_option("--json", o->json_path,
+                  "Write the run's metadata: device, knobs, load seconds, input, detections, signposts, each "
+                  "recorded stage's description");
+  sub->add_option("--graph-report", o->graph_report,
+                  "Write DIR/image and DIR/bev: each recorded stage's op graph, arena buffers with offsets and "
+                  "lives, weights (graph.json) and an HTML page with the arena's occupancy");
+  sub->add_option("--max-rss-gb", o->max_rss_gb,
+                  "Stop with an error before the resident set passes this many GB (0: 3/4 of this machine's memory)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
   return [o]() {
     const ProfileReport r = run_profile(*o);
     std::fputs(format_profile_headline(r).c_str(), stdout);

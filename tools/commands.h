@@ -14,6 +14,7 @@ using Runner = std::function<int()>;
 Runner add_inspect(CLI::App& app);
 Runner add_golden(CLI::App& app);
 Runner add_convert_info(CLI::App& app);
+Runner add_convert_pandaset(CLI::App& app);
 Runner add_detect(CLI::App& app);
 Runner add_describe(CLI::App& app);
 Runner add_random_weights(CLI::App& app);

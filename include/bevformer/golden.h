@@ -54,6 +54,12 @@ struct DetectionTolerance {
   double score = 1e-4;
 };
 
+// The detection bounds that go with a tensor tolerance (GoldenOptions::tolerance): the defaults
+// above at the default 1e-4, every bound scaled by tolerance / 1e-4 otherwise. A looser tolerance
+// (bf16: its rounding reorders near scores and moves boxes by centimetres) loosens the matching
+// with it, instead of detections failing at any --tolerance.
+DetectionTolerance detection_tolerance(double tensor_tolerance);
+
 struct GoldenDetectionResult {
   size_t golden = 0;      // golden detections
   size_t ours = 0;        // our detections

@@ -53,6 +53,12 @@ struct Box {
   int64_t query = 0;                    // the decoder query it came from
 };
 
+// A rendered picture in memory: rows of BGR bytes, top to bottom (what OpenCV's writers take).
+struct Picture {
+  int width = 0, height = 0;
+  std::vector<uint8_t> bgr;  // width * height * 3
+};
+
 struct Detections {
   std::string stream;
   double timestamp = 0;
@@ -65,6 +71,7 @@ struct Detections {
   std::string json;             // the detections JSON document (docs/FORMATS.md), world frame included when posed
   std::string sample_token;     // the frame's "token" ("" when it has none)
   std::string nuscenes_json;    // this frame's boxes for results_nusc.json (a JSON array; "" without a pose or token)
+  Picture picture;              // DetectOptions::render_picture: the frame as render_png draws it
   double seconds = 0;           // wall time of the frame (prepare + model)
   // Its parts (seconds): parsing the JSON and decoding/resizing the images; the host geometry;
   // the `image` and `bev` stages; decoding the boxes and writing the JSON.
@@ -72,7 +79,8 @@ struct Detections {
 };
 
 struct DetectOptions {
-  std::string render_png;       // write the picture of this frame here ("" for none)
+  std::string render_png;       // write the picture of this frame here: PNG, or JPEG for .jpg/.jpeg ("" for none)
+  bool render_picture = false;  // also return the picture in Detections::picture (a video's frame)
   std::string ground_truth_info;  // an mmdet3d info file whose matching entry's boxes are drawn too
   // Write every stage's tensors as <dir>/<stream>_<k>.safetensors (golden-set names), k the
   // frame's index in its stream (Detections::frame_index), the stream id made file-safe.

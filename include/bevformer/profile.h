@@ -10,6 +10,10 @@
 //   DIR/summary.json   everything below, machine-readable
 //   DIR/summary.md     the same for a person: stages, top ops, op kinds, memory, overhead
 //   DIR/memory.json    the memory report alone
+//
+// Optionally the run's metadata as one JSON file (ProfileOptions::json_path) and a graph report
+// per recorded variant (`image`, `bev`: ops, tensors, arena buffers and their lives, weights, and
+// an HTML page with the arena's occupancy; ProfileOptions::graph_report).
 #pragma once
 
 #include <cstddef>
@@ -31,6 +35,15 @@ struct ProfileOptions {
   std::string out_dir;            // where the files go (created); "" writes nothing
   int top_ops = 15;               // ops listed in summary.md
   std::string backend = "cpu";    // available_backends() (bevformer/model.h)
+  // A frame JSON (docs/FORMATS.md) run as every warm-up frame, a parked vehicle's stream; "":
+  // synthetic frames of a drive. Its cameras must fit the config (count, image size).
+  std::string input;
+  std::string json_path;     // also write the run's metadata here ("" : not)
+  std::string graph_report;  // also write a graph report per variant into this directory ("" : not)
+  // Host memory guard: the run stops with an error, files written so far kept, before its
+  // resident set passes this many GB (checked after loading, after the warm-up, and before and
+  // after each graph report). <= 0: 3/4 of this machine's memory.
+  double max_rss_gb = 0;
 };
 
 // One stage of DESIGN §3 in a replayed frame (means over the rounds).
@@ -80,6 +93,7 @@ struct ProfilePlanMemory {
   std::string name;  // "image", "bev (with history)", ...
   size_t ops = 0, buffers = 0;
   size_t arena_bytes = 0, no_reuse_bytes = 0;
+  std::string description;  // every op with its shapes and where its outputs live in the arena
 };
 
 struct ProfileMemory {
@@ -136,6 +150,14 @@ struct ProfileReport {
   bool labels_from_eager = false;  // the eager and replayed op sequences matched; labels copied
   std::string labels_note;
   std::vector<std::string> files;  // written, in order
+  // The run: loading the model (checkpoint read, weights prepared on the backend), the input of
+  // the warm-up frames (the frame JSON's path, or "synthetic"), the last warm-up frame's
+  // detections, every signpost in order (docs/PROFILING.md), the host memory guard in bytes.
+  double load_seconds = 0;
+  std::string input;
+  size_t detections = 0;
+  std::vector<std::string> signposts;
+  size_t max_rss_bytes = 0;
 };
 
 // Throws bev::Error for a bad config, weights or options (kInvalidInput / kNotFound) and when

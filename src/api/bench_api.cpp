@@ -237,12 +237,19 @@ BenchReport run_bench(const BenchOptions& o) {
   std::unique_ptr<Engine> engine;
   {
     // The checkpoint lives only while the model is built from it, as in a serving process.
-    if (!o.weights.empty()) log_info("bench: loading ", o.weights);
+    // Progress from the start: loading and the first warm-up frame (which records the stages)
+    // take seconds to minutes on their own, and a silent start looks hung.
+    log_info("bench: ", o.weights.empty() ? "making seeded random weights of " + cfg.name : "loading " + o.weights,
+             ", then ", o.warmup, " warm-up and ", o.frames, " timed frames");
+    const auto t_load = std::chrono::steady_clock::now();
     const Checkpoint ck = o.weights.empty() ? random_checkpoint(cfg, o.seed) : load_checkpoint(o.weights);
     size_t bytes = 0;
     for (const auto& [name, t] : ck.tensors()) bytes += t.nbytes();
     r.weight_mb = static_cast<double>(bytes) / (1 << 20);
     engine = Engine::create(cfg, ck, engine_options);
+    log_info("bench: model ready in ",
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count(),
+             " s; warm-up frame 1 of ", o.warmup, " records the stages");
   }
   StageRunner* model = &engine->runner();
   ProfilingBackend& backend = *engine->profiling();

@@ -195,7 +195,9 @@ GoldenReport run_golden(const std::string& dir, const GoldenOptions& options) {
     }
     const std::vector<DetectionRecord> ours = records_of(out.detections);
     fr.has_detections = frame.has_detections;
-    if (frame.has_detections) fr.detections = compare_detections(ours, frame.detections);
+    if (frame.has_detections) {
+      fr.detections = compare_detections(ours, frame.detections, detection_tolerance(options.tolerance));
+    }
 
     fr.ok = fr.detections.ok;
     for (const auto& t : fr.tensors) fr.ok = fr.ok && !t.failed();
@@ -218,6 +220,12 @@ GoldenReport run_golden(const std::string& dir, const GoldenOptions& options) {
     report.frames.push_back(std::move(fr));
   }
   return report;
+}
+
+DetectionTolerance detection_tolerance(double tensor_tolerance) {
+  const DetectionTolerance base;
+  const double s = tensor_tolerance / GoldenOptions{}.tolerance;
+  return {base.score_tie * s, base.box_m * s, base.yaw_rad * s, base.score * s};
 }
 
 std::string golden_verdict(const GoldenReport& r) {
@@ -261,6 +269,9 @@ std::string format_golden_report(const GoldenReport& r) {
   appendf(out, "  checkpoint  %s\n", r.checkpoint_path.c_str());
   appendf(out, "  frames      %zu of %zu, tolerance relative L2 <= %.1e (integer tensors exact)\n", r.frames.size(),
           r.frames_in_set, r.tolerance);
+  const DetectionTolerance dt = detection_tolerance(r.tolerance);
+  appendf(out, "  detections  box <= %.1e m, yaw <= %.1e rad, score <= %.1e, near ties within %.1e (scaled with the tolerance)\n",
+          dt.box_m, dt.yaw_rad, dt.score, dt.score_tie);
   appendf(out, "  backend     %s\n", r.backend.c_str());
   appendf(out, "  precision   %s%s\n", r.precision.c_str(),
           r.precision == "bf16" ? " (convolutions and matmuls in bf16; golden is float32)" : "");

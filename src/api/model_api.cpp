@@ -233,8 +233,8 @@ Error as_error(const std::exception_ptr& e) {
 
 std::vector<FrameOutcome> Model::detect_batch(const std::vector<Frame>& frames, const std::string& base_dir,
                                               const DetectOptions& options, int max_batch) {
-  if (!options.render_png.empty()) {
-    throw Error(ErrorKind::kInvalidInput, "a picture path (render_png) for a batch of frames")
+  if (!options.render_png.empty() || options.render_picture) {
+    throw Error(ErrorKind::kInvalidInput, "a picture (render_png, render_picture) for a batch of frames")
         .where("detect_batch")
         .expected("Model::detect per frame to render its picture");
   }
@@ -281,7 +281,7 @@ Detections Model::detect_frame(const Frame& spec, const std::string& base_dir, c
   check_image_bytes(spec, base_dir, where);
   DetectRequest request;
   request.taps = !options.dump_dir.empty();
-  request.keep_images = !options.render_png.empty();
+  request.keep_images = !options.render_png.empty() || options.render_picture;
   FrameResult r = engine.detect(spec, base_dir, request);
   return frame_detections(r, options, parse_seconds,
                           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -333,7 +333,7 @@ Detections Model::frame_detections(FrameResult& r, const DetectOptions& options,
     write_safetensors(path, r.taps.all());
     log_info("dump: ", r.taps.all().size(), " tensors to ", path);
   }
-  if (!options.render_png.empty()) {
+  if (!options.render_png.empty() || options.render_picture) {
     RenderInput ri;
     for (size_t i = 0; i < r.images.size(); ++i) ri.cameras.push_back({r.camera_names[i], r.images[i], r.lidar2img[i]});
     ri.detections = r.detections;
@@ -344,10 +344,20 @@ Detections Model::frame_detections(FrameResult& r, const DetectOptions& options,
     ri.stream = r.stream;
     ri.timestamp = r.timestamp;
     ri.frame_index = r.frame_index;
+    ri.used_history = r.used_history;
     ri.model = cfg.name;
     ri.untrained = s.untrained;
-    render_frame_to_file(ri, options.render_png);
-    log_info("render: ", options.render_png);
+    if (!options.render_png.empty()) {
+      render_frame_to_file(ri, options.render_png);
+      log_info("render: ", options.render_png);
+    }
+    if (options.render_picture) {
+      const Tensor picture = render_frame(ri);
+      d.picture.height = static_cast<int>(picture.size(0));
+      d.picture.width = static_cast<int>(picture.size(1));
+      const auto* bytes = static_cast<const uint8_t*>(picture.raw_data());
+      d.picture.bgr.assign(bytes, bytes + picture.nbytes());
+    }
   }
   d.seconds = started_seconds_ago + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_output).count();
   return d;

@@ -94,6 +94,11 @@ class Backend {
   // This device's dense matmul rate at the backend's precision, measured now (about a second):
   // the "% of peak" denominator of bench and profile.
   virtual double measure_peak_gflops() = 0;
+  // An eager run enters a module stage (Ops::set_stage in eager mode: "img.stem", "enc0.tsa",
+  // ...). Backends ignore it; the profiling decorator turns it into a signpost, so an eager
+  // frame's stage windows are marked even where a stage has no op, and include the host work
+  // (output allocations) between its ops. Recorded stages never call it: their ops carry stages.
+  virtual void enter_stage(const std::string& stage) { (void)stage; }
 
  protected:
   // The contracts of write and copy, checked the same way by every backend (Error(kInternal)).

@@ -36,8 +36,12 @@ class Ops {
   Backend& backend() { return backend_; }
   Mode mode() const { return mode_; }
 
-  // The stage signpost (DESIGN §3) stamped on every following op, e.g. "enc0.tsa".
-  void set_stage(std::string stage) { stage_ = std::move(stage); }
+  // The stage signpost (DESIGN §3) stamped on every following op, e.g. "enc0.tsa". An eager run
+  // also tells the backend it entered the stage (the profiler's signposts: Backend::enter_stage).
+  void set_stage(std::string stage) {
+    stage_ = std::move(stage);
+    if (mode_ == Mode::kEager) backend_.enter_stage(stage_);
+  }
   const std::string& stage() const { return stage_; }
 
   // A host tensor as a backend tensor an op may read (every constant the model uses: layer-norm

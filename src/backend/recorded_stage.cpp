@@ -133,6 +133,15 @@ bool RecordedStage::reads_before_writes(const Tensor& input, const Tensor& outpu
   return !read || last_read < first_write;
 }
 
+std::vector<RecordedStage::ArenaBuffer> RecordedStage::arena_buffers() const {
+  std::vector<ArenaBuffer> out;
+  for (const auto& [old, p] : placements_) out.push_back({p.offset, p.bytes, p.first, p.last, moved_.at(old).get()});
+  std::sort(out.begin(), out.end(), [](const ArenaBuffer& a, const ArenaBuffer& b) {
+    return a.first != b.first ? a.first < b.first : a.offset < b.offset;
+  });
+  return out;
+}
+
 std::string RecordedStage::describe() const {
   std::ostringstream os;
   os << name_ << ": " << nodes_.size() << " ops, " << placements_.size() << " buffers, arena "

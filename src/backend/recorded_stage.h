@@ -49,6 +49,16 @@ class RecordedStage {
   // One line per node: stage, label, op, input/output shapes and where each output lives.
   std::string describe() const;
 
+  // One buffer of the arena, as the profiler's graph report draws it: where it lies, how large
+  // it is (aligned), and its life in node indices (first write, last read or write).
+  struct ArenaBuffer {
+    size_t offset = 0, bytes = 0;
+    size_t first = 0, last = 0;
+    const Storage* storage = nullptr;  // what the nodes' tensors in this buffer point at
+  };
+  // Every arena buffer, by first write (then offset).
+  std::vector<ArenaBuffer> arena_buffers() const;
+
  private:
   struct Placement {
     size_t offset = 0;

@@ -3,7 +3,8 @@
 //
 //   Profiler         the records: per op its kind, stage, label, tensor shapes and dtypes, start
 //                    and duration (steady clock, ns since the profiler's origin), FLOPs, bytes;
-//                    and signposts, tt-metal style: "image" opens a range, "image_end" closes it.
+//                    and signposts, tt-metal style: "image" opens a range, "image_end" closes it;
+//                    a name without its "_end" (a module stage an eager run entered) marks a time.
 //   ProfilingBackend forwards everything to the real backend; while a Profiler is attached it
 //                    records each op with the time the backend measured (Backend::run_timed;
 //                    recorded stages run op by op then, through Backend::execute's times).
@@ -104,7 +105,10 @@ class ProfilingBackend final : public Backend {
   explicit ProfilingBackend(Backend& inner) : inner_(inner), precision_(inner.precision()) {}
 
   // Records into `profiler` from now on; nullptr detaches (the profiler is off).
-  void attach(Profiler* profiler) { profiler_ = profiler; }
+  void attach(Profiler* profiler) {
+    profiler_ = profiler;
+    stage_.clear();
+  }
   Profiler* attached() const { return profiler_; }
   Backend& inner() { return inner_; }
 
@@ -133,6 +137,14 @@ class ProfilingBackend final : public Backend {
     profiler_->record(node, inner_.run_timed(node), precision_);
   }
   OpTime run_timed(const OpNode& node) override { return inner_.run_timed(node); }
+  // Attached, an eager run entering a module stage is a signpost named after it (a stage set
+  // again under the same name, as img.stem is by the model and by the backbone, is one).
+  void enter_stage(const std::string& stage) override {
+    inner_.enter_stage(stage);
+    if (profiler_ == nullptr || stage == stage_) return;
+    stage_ = stage;
+    profiler_->signpost(stage);
+  }
   void execute(const RecordedStage& stage, std::span<const StageBinding> bindings = {},
                std::vector<OpTime>* times = nullptr) override;
 
@@ -140,6 +152,7 @@ class ProfilingBackend final : public Backend {
   Backend& inner_;
   Precision precision_;
   Profiler* profiler_ = nullptr;
+  std::string stage_;  // the module stage an attached eager run is in
 };
 
 // FLOPs of one node, from its shapes: exact multiply-adds (x2) for conv2d, deform_conv2d,

@@ -4,6 +4,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include "bevformer/error.h"
@@ -63,15 +64,17 @@ struct Round {
 };
 
 std::vector<Round> rounds_of(const Profiler& p) {
-  const std::vector<SignpostRange> image = p.ranges("image"), bev = p.ranges("bev");
   std::vector<Round> out;
-  for (size_t k = 0; k < std::min(image.size(), bev.size()); ++k) {
+  for (size_t k = 0;; ++k) {
+    const std::vector<SignpostRange> image = p.ranges(round_signpost("image", k)),
+                                     bev = p.ranges(round_signpost("bev", k));
+    if (image.empty() || bev.empty()) break;
     Round r;
-    r.image = image[k];
-    r.bev = bev[k];
-    r.ops = p.ops_in(image[k]);
+    r.image = image.front();
+    r.bev = bev.front();
+    r.ops = p.ops_in(r.image);
     r.image_ops = r.ops.size();
-    for (size_t i : p.ops_in(bev[k])) r.ops.push_back(i);
+    for (size_t i : p.ops_in(r.bev)) r.ops.push_back(i);
     out.push_back(std::move(r));
   }
   return out;
@@ -84,7 +87,15 @@ std::vector<size_t> eager_ops(const Profiler& p) {
 
 std::string group_of_stage(const std::string& stage) { return stage.rfind("img.", 0) == 0 ? "image" : "bev"; }
 
+bool ends_with_end(const std::string& name) {
+  return name.size() > 4 && name.compare(name.size() - 4, 4, "_end") == 0;
+}
+
 }  // namespace
+
+std::string round_signpost(const std::string& base, size_t k) {
+  return k == 0 ? base : base + std::to_string(k + 1);
+}
 
 void summarize_rounds(const Profiler& p, ProfileReport& report) {
   const std::vector<Round> rounds = rounds_of(p);
@@ -270,9 +281,26 @@ std::string chrome_trace_json(const Profiler& p, const nlohmann::json& metadata)
                       {"dur", us(end - begin)}});
   };
 
-  std::vector<int64_t> marks;  // signpost times: stage ranges never span one
+  // A signpost whose "_end" follows is a range (B/E); one without (a module stage an eager run
+  // entered) is an instant event, so that every B has its E.
+  std::set<std::string> closed;
   for (const Signpost& s : p.signposts()) {
-    const bool end = s.name.size() > 4 && s.name.compare(s.name.size() - 4, 4, "_end") == 0;
+    if (ends_with_end(s.name)) closed.insert(s.name.substr(0, s.name.size() - 4));
+  }
+  std::vector<int64_t> marks;  // range signpost times: stage ranges never span one
+  for (const Signpost& s : p.signposts()) {
+    const bool end = ends_with_end(s.name);
+    if (!end && !closed.count(s.name)) {
+      events.push_back({{"ph", "i"},
+                        {"s", "t"},
+                        {"name", s.name},
+                        {"cat", "stage_signpost"},
+                        {"pid", kPid},
+                        {"tid", kTid},
+                        {"ts", us(s.t_ns)},
+                        {"args", {{"signpost", s.name}}}});
+      continue;
+    }
     events.push_back({{"ph", end ? "E" : "B"},
                       {"name", end ? s.name.substr(0, s.name.size() - 4) : s.name},
                       {"cat", "signpost"},
@@ -285,16 +313,6 @@ std::string chrome_trace_json(const Profiler& p, const nlohmann::json& metadata)
   std::sort(marks.begin(), marks.end());
 
   const std::vector<OpRecord>& ops = p.ops();
-  // The eager frame's stage groups (replayed frames have them as signposts).
-  const std::vector<size_t> eager = eager_ops(p);
-  for (size_t i = 0; i < eager.size();) {
-    const std::string group = group_of_stage(p.text(ops[eager[i]].stage));
-    size_t j = i + 1;
-    while (j < eager.size() && group_of_stage(p.text(ops[eager[j]].stage)) == group) ++j;
-    const OpRecord& last = ops[eager[j - 1]];
-    range_event(group, "group", ops[eager[i]].start_ns, last.start_ns + last.duration_ns);
-    i = j;
-  }
   // Stage ranges: runs of consecutive ops with one stage and no signpost between them.
   auto split = [&](size_t a, size_t b) {
     const int64_t gap_begin = ops[a].start_ns + ops[a].duration_ns, gap_end = ops[b].start_ns;

@@ -3,8 +3,9 @@
 // trace JSON, summary JSON, summary Markdown). The numbers land in the public ProfileReport
 // (include/bevformer/profile.h), which is plain data.
 //
-// Rounds are found by signposts: the k-th "image".."image_end" and "bev".."bev_end" ranges are
-// round k's frame; the "eager".."eager_end" range holds the eager frame.
+// Rounds are found by signposts: round 1 is "trace" > "image".."image_end", "bev".."bev_end",
+// round k >= 2 the same names with k appended ("trace2" > "image2", "bev2"); the "eager" range
+// holds the eager frame ("eager_image", "eager_bev" inside, and a signpost per module stage).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -14,6 +15,10 @@
 #include "profile/profiler.h"
 
 namespace bev {
+
+// The signpost of round k (0-based) for `base` ("trace", "image", "bev"): base for the first
+// round, base + (k + 1) after it ("image2").
+std::string round_signpost(const std::string& base, size_t k);
 
 // Fills frame_ms, image_ms, bev_ms, stage_sum_ms, ops_per_frame, gflop/gbyte_per_frame, stages,
 // ops and op_kinds (means over the rounds). peak_gflops and peak_gbps must be set first.

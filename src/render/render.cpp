@@ -1,6 +1,7 @@
 #include "render/render.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -431,6 +432,7 @@ Tensor render_frame(const RenderInput& in) {
   if (!in.model.empty()) line1 += "   model " + in.model;
   if (!in.stream.empty()) line1 += "   stream " + in.stream;
   line1 += "   frame " + std::to_string(in.frame_index) + "   t = " + fixed(in.timestamp, 6) + " s";
+  if (in.used_history) line1 += *in.used_history ? "   history used" : "   no history (first frame)";
   put_text(canvas, line1, {10, 26}, 0.7, cv::Scalar(235, 235, 235));
   std::string line2 = std::to_string(in.detections.size()) + " detections, " + std::to_string(drawn.size()) + " drawn ";
   line2 += in.untrained ? "(the top " + std::to_string(std::max(in.untrained_top_n, 0)) + " by score)"
@@ -459,10 +461,22 @@ Tensor render_frame(const RenderInput& in) {
 
 std::vector<uint8_t> render_frame_png(const RenderInput& input) { return encode_image(render_frame(input), ".png"); }
 
+std::string picture_format(const std::string& path) {
+  const size_t dot = path.rfind('.'), slash = path.rfind('/');
+  std::string ext = dot == std::string::npos || (slash != std::string::npos && dot < slash) ? "" : path.substr(dot);
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (ext == ".png") return ".png";
+  if (ext == ".jpg" || ext == ".jpeg") return ".jpg";
+  throw Error(ErrorKind::kInvalidInput, ext.empty() ? "the picture's file name has no extension"
+                                                    : "'" + ext + "' is not a picture format this writes")
+      .where(path)
+      .expected(".png (lossless) or .jpg / .jpeg (JPEG, quality 95)");
+}
+
 void render_frame_to_file(const RenderInput& input, const std::string& path) {
-  const std::vector<uint8_t> png = render_frame_png(input);
+  const std::vector<uint8_t> bytes = encode_image(render_frame(input), picture_format(path));
   std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(png.data()), static_cast<std::streamsize>(png.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   out.close();
   if (!out) throw Error(ErrorKind::kIo, "cannot write the picture").where(path);
 }

@@ -1,5 +1,5 @@
 // Pictures of what the engine sees: the six camera images with the 3D boxes projected into them,
-// and a top-down BEV panel, in one PNG. Images are bev::Tensor u8 [H, W, 3] BGR; no OpenCV type
+// and a top-down BEV panel, in one PNG or JPEG. Images are bev::Tensor u8 [H, W, 3] BGR; no OpenCV type
 // appears here.
 //
 // Box convention: bev::Detection's box [x, y, z_bottom, w, l, h, yaw, vx, vy] in the LiDAR frame
@@ -62,6 +62,7 @@ struct RenderInput {
   std::string stream;
   double timestamp = 0;
   int64_t frame_index = 0;
+  std::optional<bool> used_history;  // said in the title when known (a video shows where history starts)
   std::string model;
   // Untrained weights: the title says the boxes are meaningless, and the untrained_top_n best
   // boxes are drawn whatever their score (random weights give scores near 0.1-0.5, so a fixed
@@ -87,7 +88,12 @@ RenderSize render_size(const RenderInput& input);
 Tensor render_frame(const RenderInput& input);
 // The picture as PNG bytes (io/image.h's encode_image; decode_image reads it back).
 std::vector<uint8_t> render_frame_png(const RenderInput& input);
-// Writes the PNG to `path` (Error kIo when it cannot).
+// The encoding a picture path asks for by its extension: ".png", or ".jpg" for .jpg / .jpeg (any
+// case); Error(kInvalidInput) naming both for anything else, so a caller can check a path before
+// any work.
+std::string picture_format(const std::string& path);
+// Writes the picture to `path` as PNG or JPEG by its extension (Error kInvalidInput for another
+// extension, kIo when it cannot be written).
 void render_frame_to_file(const RenderInput& input, const std::string& path);
 
 }  // namespace bev

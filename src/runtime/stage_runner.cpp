@@ -958,11 +958,27 @@ bool StageRunner::replay_bev_stage(bool with_history) {
   return false;
 }
 
+const RecordedStage* StageRunner::image_stage() const {
+  const auto& p = impl_->image_stages.front();
+  return p ? &p->stage : nullptr;
+}
+
+const RecordedStage* StageRunner::bev_stage(bool with_history) const {
+  if (impl_->rigs.empty()) return nullptr;
+  // The stage replay_bev_stage runs: the last frame's rig, the first lane that has one, untapped.
+  for (int lane = 0; lane < impl_->lanes.size(); ++lane) {
+    for (const auto& p : impl_->rigs.front()->bev_stages) {
+      if (p->lane == lane && p->use_prev == with_history && !p->tapped) return &p->stage;
+    }
+  }
+  return nullptr;
+}
+
 std::vector<StageRunner::StageInfo> StageRunner::stage_info() const {
   const Impl::Quiet quiet(*impl_);
   std::vector<StageInfo> out;
   auto add = [&out](const RecordedStage& s) {
-    out.push_back({s.name(), s.nodes().size(), s.buffers(), s.arena_bytes(), s.no_reuse_bytes()});
+    out.push_back({s.name(), s.nodes().size(), s.buffers(), s.arena_bytes(), s.no_reuse_bytes(), s.describe()});
   };
   for (const auto& p : impl_->image_stages) {
     if (p) add(p->stage);

@@ -157,6 +157,10 @@ class StageRunner {
   // buffer: it never changes a stream. These and the describers wait until no frame is in flight.
   bool replay_image_stage();
   bool replay_bev_stage(bool with_history);
+  // The recorded stages those replays run, to read (the profiler's graph report); null when not
+  // recorded. Valid until the runner records or drops a stage; not while frames run.
+  const RecordedStage* image_stage() const;
+  const RecordedStage* bev_stage(bool with_history) const;
 
   // The recorded stages as numbers (the profiler's memory report).
   struct StageInfo {
@@ -164,6 +168,7 @@ class StageRunner {
     size_t ops = 0, buffers = 0;
     size_t arena_bytes = 0;     // the activations, laid out by lifetime
     size_t no_reuse_bytes = 0;  // the same buffers without sharing
+    std::string description;    // RecordedStage::describe(): every op with its shapes and arena offset
   };
   std::vector<StageInfo> stage_info() const;
   // The SCA slot capacity per camera of the batched bev stage of `batch` samples (0: none recorded).
