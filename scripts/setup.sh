@@ -15,12 +15,12 @@ MAIN_PACKAGES=(
   libdnnl-dev ocl-icd-opencl-dev        # oneDNN 2.6 (its CMake config needs the OpenCL headers)
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev  # image decode, resize, drawing
   libopencv-videoio-dev                 # detect --video (OpenCV's writer; its FFmpeg backend writes H.264)
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # serve --grpc-port (the Open Inference Protocol over gRPC)
 )
 TEST_PACKAGES=(
   clang libclang-rt-14-dev lld          # libFuzzer targets and sanitizer runtimes
   libcpp-httplib-dev wrk                # HTTP client of the tests and bench/load_client; load tools
   libgtest-dev libgmock-dev libbenchmark-dev
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # serve --grpc-port (the Open Inference Protocol over gRPC)
   haproxy curl python3-venv             # deploy/haproxy.cfg, scripts/fleet.sh; the tritonclient checks' venv
   curl jq                               # the documentation's commands (tests/check_doc_commands.py)
   python3-torch python3-numpy libopenblas0-openmp  # reference/ (PyTorch reference; OpenBLAS: netlib BLAS is ~7x slower)
