@@ -154,7 +154,7 @@ ProfileReport ProfileSession::report(const SessionReportOptions& options) {
   StageRunner& runner = s.engine.runner();
   r.memory.weight_bytes = s.model.weight_bytes;
   for (const StageRunner::StageInfo& i : runner.stage_info()) {
-    r.memory.plans.push_back({i.name, i.ops, i.buffers, i.arena_bytes, i.no_reuse_bytes});
+    r.memory.plans.push_back({i.name, i.ops, i.buffers, i.arena_bytes, i.no_reuse_bytes, i.description});
     r.memory.arena_bytes += i.arena_bytes;
   }
   r.memory.rss_bytes = resident_bytes();
