@@ -64,14 +64,25 @@ struct Round {
 };
 
 std::vector<Round> rounds_of(const Profiler& p) {
-  std::vector<Round> out;
+  // The profile command names round k >= 2's windows image{k} and bev{k}; a caller profiling its
+  // own calls (ProfileSession, the Python profiler) may instead open "image" and "bev" again for
+  // each round: then every pair of windows is a round.
+  std::vector<std::pair<SignpostRange, SignpostRange>> windows;
   for (size_t k = 0;; ++k) {
     const std::vector<SignpostRange> image = p.ranges(round_signpost("image", k)),
                                      bev = p.ranges(round_signpost("bev", k));
     if (image.empty() || bev.empty()) break;
+    windows.emplace_back(image.front(), bev.front());
+  }
+  if (windows.size() == 1) {
+    const std::vector<SignpostRange> image = p.ranges("image"), bev = p.ranges("bev");
+    for (size_t k = 1; k < std::min(image.size(), bev.size()); ++k) windows.emplace_back(image[k], bev[k]);
+  }
+  std::vector<Round> out;
+  for (const auto& [image, bev] : windows) {
     Round r;
-    r.image = image.front();
-    r.bev = bev.front();
+    r.image = image;
+    r.bev = bev;
     r.ops = p.ops_in(r.image);
     r.image_ops = r.ops.size();
     for (size_t i : p.ops_in(r.bev)) r.ops.push_back(i);
