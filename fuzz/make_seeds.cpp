@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
   f.T_ego_from_lidar = bev::Mat4{0, 1, 0, 0.94, -1, 0, 0, 0, 0, 0, 1, 1.84, 0, 0, 0, 1};
   bev::Camera a;
   a.name = "CAM_FRONT";
-  a.image_bytes = ImageBytes::adopt(png);
+  a.image_bytes = bev::ImageBytes::adopt(png);
   a.K = bev::Mat3{88.6, 0, 57.1, 0, 88.6, 34.4, 0, 0, 1};
   a.T_ego_from_cam = bev::Mat4{0, 0, 1, 1.7, -1, 0, 0, 0, 0, -1, 0, 1.5, 0, 0, 0, 1};
   bev::Camera b;
