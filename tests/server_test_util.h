@@ -8,6 +8,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -201,6 +202,37 @@ inline std::vector<json> library_run(const std::vector<json>& frames) {
   std::vector<json> out;
   for (const json& f : frames) out.push_back(parse(reference_model().detect(json_body(f), "").json));
   return out;
+}
+
+// One client thread per stream, each posting its stream's frames in order (multipart where
+// multipart(stream, k) says, else JSON); the answers per stream, or the first failure's body.
+struct StreamAnswers {
+  std::vector<std::vector<json>> got;
+  std::vector<std::string> failures;  // "" where every frame was answered 200
+};
+inline StreamAnswers post_streams_concurrently(const RunningServer& server, const std::vector<std::vector<json>>& frames,
+                                               const std::function<bool(size_t, size_t)>& multipart = {}) {
+  StreamAnswers a;
+  a.got.resize(frames.size());
+  a.failures.resize(frames.size());
+  std::vector<std::thread> clients;
+  for (size_t s = 0; s < frames.size(); ++s) {
+    clients.emplace_back([&, s] {
+      auto cli = server.client();
+      for (size_t k = 0; k < frames[s].size(); ++k) {
+        const std::string path = frames_path(frames[s][k]["stream"].get<std::string>());
+        const auto r = multipart && multipart(s, k) ? cli->Post(path, multipart_frame(frames[s][k]), kMultipartType)
+                                                    : cli->Post(path, json_body(frames[s][k]), "application/json");
+        if (!r || r->status != 200) {
+          a.failures[s] = r ? r->body : httplib::to_string(r.error());
+          return;
+        }
+        a.got[s].push_back(parse(r->body));
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  return a;
 }
 
 inline void expect_error(const httplib::Result& r, int status, const std::string& kind, const std::string& message_part = "") {

@@ -333,25 +333,8 @@ TEST(Server, EightConcurrentStreamsKeepTheirOwnHistory) {
       frames[s].push_back(micro_frame((k + s) % 3, "fleet-" + std::to_string(s), 1000.0 + 37.0 * s + 0.5 * k));
     }
   }
-  std::vector<std::vector<json>> got(kStreams);
-  std::vector<std::string> failures(kStreams);
-  std::vector<std::thread> clients;
-  for (int s = 0; s < kStreams; ++s) {
-    clients.emplace_back([&, s] {
-      auto cli = server.client();
-      for (int k = 0; k < kFrames; ++k) {
-        const bool mp = (s + k) % 2 == 0;
-        const auto r = mp ? cli->Post(frames_path("fleet-" + std::to_string(s)), multipart_frame(frames[s][k]), kMultipartType)
-                          : cli->Post(frames_path("fleet-" + std::to_string(s)), json_body(frames[s][k]), "application/json");
-        if (!r || r->status != 200) {
-          failures[s] = r ? r->body : httplib::to_string(r.error());
-          return;
-        }
-        got[s].push_back(parse(r->body));
-      }
-    });
-  }
-  for (std::thread& t : clients) t.join();
+  const auto [got, failures] =
+      post_streams_concurrently(server, frames, [](size_t s, size_t k) { return (s + k) % 2 == 0; });
   for (int s = 0; s < kStreams; ++s) {
     ASSERT_EQ(failures[s], "") << "stream " << s;
     const std::vector<json> want = library_run(frames[s]);
@@ -378,23 +361,7 @@ TEST(Server, BatchedFramesEqualTheLibrary) {
       frames[s].push_back(micro_frame((k + s) % 3, "batched-" + std::to_string(s), 2000.0 + 11.0 * s + 0.5 * k));
     }
   }
-  std::vector<std::vector<json>> got(kStreams);
-  std::vector<std::string> failures(kStreams);
-  std::vector<std::thread> clients;
-  for (int s = 0; s < kStreams; ++s) {
-    clients.emplace_back([&, s] {
-      auto cli = server.client();
-      for (int k = 0; k < kFrames; ++k) {
-        const auto r = cli->Post(frames_path("batched-" + std::to_string(s)), json_body(frames[s][k]), "application/json");
-        if (!r || r->status != 200) {
-          failures[s] = r ? r->body : httplib::to_string(r.error());
-          return;
-        }
-        got[s].push_back(parse(r->body));
-      }
-    });
-  }
-  for (std::thread& t : clients) t.join();
+  const auto [got, failures] = post_streams_concurrently(server, frames);
   for (int s = 0; s < kStreams; ++s) {
     ASSERT_EQ(failures[s], "") << "stream " << s;
     const std::vector<json> want = library_run(frames[s]);

@@ -28,20 +28,6 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-void write_file(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  out.close();
-  if (!out) throw Error(ErrorKind::kIo, "cannot write the file").where(path.string());
-}
-
 void create_directory(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -95,8 +81,8 @@ void write_graph_reports(const std::string& dir, StageRunner& model, Precision p
     const std::filesystem::path out = std::filesystem::path(dir) / variant;
     create_directory(out.string());
     const nlohmann::json graph = graph_report_json(*stage, variant, precision);
-    write_file(out / "graph.json", graph.dump(1) + "\n");
-    write_file(out / "index.html", graph_report_html(graph));
+    write_text_file(out / "graph.json", graph.dump(1) + "\n");
+    write_text_file(out / "index.html", graph_report_html(graph));
     report.files.push_back((out / "graph.json").string());
     report.files.push_back((out / "index.html").string());
     guard_rss(rss_limit, 0, std::string("after the ") + variant + " graph report");
@@ -288,37 +274,13 @@ ProfileReport run_profile(const ProfileOptions& o) {
   summarize_rounds(profiler, report);
   summarize_eager(profiler, report);
 
-  ProfileOverhead& cost = report.overhead;
-  cost.unprofiled_frame_ms = median(cost.unprofiled_round_ms);
-  cost.profiled_frame_ms = median(report.round_frame_ms);
-  cost.on_percent = 100 * (cost.profiled_frame_ms - cost.unprofiled_frame_ms) / cost.unprofiled_frame_ms;
-  const double ops = static_cast<double>(report.ops_per_frame);
-  cost.off_ns_per_op = detached_overhead_ns_per_op();
-  cost.off_percent = 100 * cost.off_ns_per_op * 1e-6 * ops / cost.unprofiled_frame_ms;
-  cost.recording_ns_per_op = attached_cost_ns_per_op();
-  cost.recording_percent = 100 * cost.recording_ns_per_op * 1e-6 * ops / cost.unprofiled_frame_ms;
+  summarize_overhead(report);
 
-  if (!o.out_dir.empty()) {
-    const std::filesystem::path dir(o.out_dir);
-    const nlohmann::json meta = {{"config", report.config},       {"weights", report.weights},
-                                 {"precision", report.precision}, {"device", report.device},
-                                 {"backend", report.backend},     {"cpu", report.cpu},
-                                 {"isa", report.isa},
-                                 {"rounds", report.rounds},       {"peak_gflops", report.peak_gflops},
-                                 {"peak_gbps", report.peak_gbps}};
-    // The list of files is complete before summary.json is written, so it can name itself.
-    for (const char* f : {"trace.json", "summary.json", "summary.md", "memory.json"}) {
-      report.files.push_back((dir / f).string());
-    }
-    write_file(dir / "trace.json", chrome_trace_json(profiler, meta));
-    write_file(dir / "summary.json", summary_json(report).dump(1) + "\n");
-    write_file(dir / "summary.md", summary_markdown(report, o.top_ops));
-    write_file(dir / "memory.json", memory_json(report.memory).dump(1) + "\n");
-  }
+  if (!o.out_dir.empty()) write_profile_files(o.out_dir, profiler, report, o.top_ops);
   if (!o.graph_report.empty()) write_graph_reports(o.graph_report, model, precision, report.max_rss_bytes, report);
   if (!o.json_path.empty()) {
     report.files.push_back(o.json_path);
-    write_file(o.json_path, run_json(o, report, info).dump(1) + "\n");
+    write_text_file(o.json_path, run_json(o, report, info).dump(1) + "\n");
   }
   return report;
 }

@@ -14,35 +14,6 @@
 #include "runtime/engine.h"
 
 namespace bev {
-namespace {
-
-std::string tensors_text(std::span<const RecordedTensor> tensors) {
-  std::string s;
-  for (const RecordedTensor& t : tensors) {
-    if (!s.empty()) s += ' ';
-    s += dtype_name(t.dtype);
-    s += '[';
-    for (size_t i = 0; i < t.shape.size(); ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
-    s += ']';
-  }
-  return s;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-void write_file(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  out.close();
-  if (!out) throw Error(ErrorKind::kIo, "cannot write the file").where(path.string());
-}
-
-}  // namespace
 
 struct ProfileSession::Impl {
   ModelInternals::Impl& model;
@@ -200,18 +171,7 @@ ProfileReport ProfileSession::report(const SessionReportOptions& options) {
   }
   summarize_eager(p, r);
 
-  ProfileOverhead& cost = r.overhead;
-  cost.profiled_frame_ms = median(r.round_frame_ms);
-  cost.unprofiled_frame_ms = median(cost.unprofiled_round_ms);
-  cost.on_percent = cost.unprofiled_frame_ms > 0
-                        ? 100 * (cost.profiled_frame_ms - cost.unprofiled_frame_ms) / cost.unprofiled_frame_ms
-                        : 0;
-  const double ops = static_cast<double>(r.ops_per_frame);
-  const double frame_ms = cost.unprofiled_frame_ms > 0 ? cost.unprofiled_frame_ms : r.frame_ms;
-  cost.off_ns_per_op = detached_overhead_ns_per_op();
-  cost.off_percent = frame_ms > 0 ? 100 * cost.off_ns_per_op * 1e-6 * ops / frame_ms : 0;
-  cost.recording_ns_per_op = attached_cost_ns_per_op();
-  cost.recording_percent = frame_ms > 0 ? 100 * cost.recording_ns_per_op * 1e-6 * ops / frame_ms : 0;
+  summarize_overhead(r);
   return r;
 }
 
@@ -220,17 +180,8 @@ std::vector<std::string> ProfileSession::write(const std::string& dir_name, Prof
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error(ErrorKind::kIo, "cannot create the output directory: " + ec.message()).where(dir_name);
-  const nlohmann::json meta = {{"config", r.config},       {"weights", r.weights},     {"precision", r.precision},
-                               {"device", r.device},       {"backend", r.backend},     {"cpu", r.cpu},
-                               {"isa", r.isa},             {"rounds", r.rounds},       {"peak_gflops", r.peak_gflops},
-                               {"peak_gbps", r.peak_gbps}};
   r.files.clear();
-  // The list is complete before summary.json is written, so that it names itself.
-  for (const char* f : {"trace.json", "summary.json", "summary.md", "memory.json"}) r.files.push_back((dir / f).string());
-  write_file(dir / "trace.json", chrome_trace_json(impl_->profiler, meta));
-  write_file(dir / "summary.json", summary_json(r).dump(1) + "\n");
-  write_file(dir / "summary.md", summary_markdown(r, top_ops));
-  write_file(dir / "memory.json", memory_json(r.memory).dump(1) + "\n");
+  write_profile_files(dir, impl_->profiler, r, top_ops);
   return r.files;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -12,7 +13,7 @@
 namespace bev {
 namespace {
 
-std::string meta_text(std::span<const RecordedTensor> tensors) {
+std::string tensors_text_of(std::span<const RecordedTensor> tensors) {
   std::string s;
   for (const RecordedTensor& t : tensors) {
     if (!s.empty()) s += ' ';
@@ -104,6 +105,49 @@ bool ends_with_end(const std::string& name) {
 
 }  // namespace
 
+std::string tensors_text(std::span<const RecordedTensor> tensors) { return tensors_text_of(tensors); }
+
+void summarize_overhead(ProfileReport& r) {
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  };
+  ProfileOverhead& cost = r.overhead;
+  cost.profiled_frame_ms = median(r.round_frame_ms);
+  cost.unprofiled_frame_ms = median(cost.unprofiled_round_ms);
+  cost.on_percent = cost.unprofiled_frame_ms > 0
+                        ? 100 * (cost.profiled_frame_ms - cost.unprofiled_frame_ms) / cost.unprofiled_frame_ms
+                        : 0;
+  const double ops = static_cast<double>(r.ops_per_frame);
+  // Without unprofiled rounds (a caller's session may skip them) the profiled frame stands in.
+  const double frame_ms = cost.unprofiled_frame_ms > 0 ? cost.unprofiled_frame_ms : r.frame_ms;
+  cost.off_ns_per_op = detached_overhead_ns_per_op();
+  cost.off_percent = frame_ms > 0 ? 100 * cost.off_ns_per_op * 1e-6 * ops / frame_ms : 0;
+  cost.recording_ns_per_op = attached_cost_ns_per_op();
+  cost.recording_percent = frame_ms > 0 ? 100 * cost.recording_ns_per_op * 1e-6 * ops / frame_ms : 0;
+}
+
+void write_text_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.close();
+  if (!out) throw Error(ErrorKind::kIo, "cannot write the file").where(path.string());
+}
+
+void write_profile_files(const std::filesystem::path& dir, const Profiler& profiler, ProfileReport& r, int top_ops) {
+  const nlohmann::json meta = {{"config", r.config}, {"weights", r.weights}, {"precision", r.precision},
+                               {"device", r.device}, {"backend", r.backend}, {"cpu", r.cpu},
+                               {"isa", r.isa},       {"rounds", r.rounds},   {"peak_gflops", r.peak_gflops},
+                               {"peak_gbps", r.peak_gbps}};
+  for (const char* f : {"trace.json", "summary.json", "summary.md", "memory.json"}) r.files.push_back((dir / f).string());
+  write_text_file(dir / "trace.json", chrome_trace_json(profiler, meta));
+  write_text_file(dir / "summary.json", summary_json(r).dump(1) + "\n");
+  write_text_file(dir / "summary.md", summary_markdown(r, top_ops));
+  write_text_file(dir / "memory.json", memory_json(r.memory).dump(1) + "\n");
+}
+
 std::string round_signpost(const std::string& base, size_t k) {
   return k == 0 ? base : base + std::to_string(k + 1);
 }
@@ -149,8 +193,8 @@ void summarize_rounds(const Profiler& p, ProfileReport& report) {
     op.name = op_name(rec.kind);
     op.stage = p.text(rec.stage);
     op.label = p.text(rec.label);
-    op.inputs = meta_text(p.inputs(rec));
-    op.outputs = meta_text(p.outputs(rec));
+    op.inputs = tensors_text_of(p.inputs(rec));
+    op.outputs = tensors_text_of(p.outputs(rec));
     op.start_ms = static_cast<double>(rec.start_ns - r0.image.begin_ns) * 1e-6;
     op.ms = ms[j];
     op.gflop = rec.flops * 1e-9;
@@ -257,8 +301,8 @@ bool carry_labels_from_eager(Profiler& p, std::string* note) {
     const OpRecord& r = p.ops()[replay[j]];
     if (e.kind != r.kind || !same_meta(p.inputs(e), p.inputs(r)) || !same_meta(p.outputs(e), p.outputs(r))) {
       *note = format("op %zu differs: eager %s %s -> %s, replayed %s %s -> %s; labels are the plans' own", j,
-                     op_name(e.kind), meta_text(p.inputs(e)).c_str(), meta_text(p.outputs(e)).c_str(), op_name(r.kind),
-                     meta_text(p.inputs(r)).c_str(), meta_text(p.outputs(r)).c_str());
+                     op_name(e.kind), tensors_text_of(p.inputs(e)).c_str(), tensors_text_of(p.outputs(e)).c_str(), op_name(r.kind),
+                     tensors_text_of(p.inputs(r)).c_str(), tensors_text_of(p.outputs(r)).c_str());
       return false;
     }
   }
@@ -343,8 +387,8 @@ std::string chrome_trace_json(const Profiler& p, const nlohmann::json& metadata)
     const double ms = static_cast<double>(r.duration_ns) * 1e-6;
     json args = {{"stage", p.text(r.stage)},
                  {"label", p.text(r.label)},
-                 {"inputs", meta_text(p.inputs(r))},
-                 {"outputs", meta_text(p.outputs(r))},
+                 {"inputs", tensors_text_of(p.inputs(r))},
+                 {"outputs", tensors_text_of(p.outputs(r))},
                  {"dtype", r.outputs ? dtype_name(p.outputs(r)[0].dtype) : ""},
                  {"gflop", r.flops * 1e-9},
                  {"mbyte", r.bytes * 1e-6},

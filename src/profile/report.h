@@ -8,7 +8,9 @@
 // holds the eager frame ("eager_image", "eager_bev" inside, and a signpost per module stage).
 #pragma once
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 
 #include "bevformer/profile.h"
@@ -37,6 +39,20 @@ bool carry_labels_from_eager(Profiler& profiler, std::string* note);
 // label, shapes, FLOPs and bytes in args, and stage ranges (consecutive ops of one stage) and, in
 // the eager frame, image/bev ranges as X events around them. ts and dur in microseconds.
 std::string chrome_trace_json(const Profiler& profiler, const nlohmann::json& metadata);
+
+// Sets report.overhead from its unprofiled_round_ms and the rounds' frame times: the profiler's
+// cost when recording and when detached (medians over the rounds).
+void summarize_overhead(ProfileReport& report);
+
+// "f32[2, 3] i64[5]": a recorded op's tensors, as the trace, summaries and ProfiledOp show them.
+std::string tensors_text(std::span<const RecordedTensor> tensors);
+
+// Writes `text` to `path`, Error(kIo) naming it when that fails.
+void write_text_file(const std::filesystem::path& path, const std::string& text);
+// The four files of a profile in `dir` (trace.json, summary.json, summary.md, memory.json),
+// their paths appended to report.files first so that summary.json names itself.
+void write_profile_files(const std::filesystem::path& dir, const Profiler& profiler, ProfileReport& report,
+                         int top_ops);
 
 nlohmann::json memory_json(const ProfileMemory& memory);
 nlohmann::json summary_json(const ProfileReport& report);
