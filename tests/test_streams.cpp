@@ -3,6 +3,7 @@
 // history it would have had alone.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 
@@ -115,6 +116,47 @@ TEST(Streams, DropForgetsAStream) {
   EXPECT_FALSE(reg.drop("x"));
   EXPECT_TRUE(reg.list().empty());
   EXPECT_THROW(reg.acquire(""), Error);
+}
+
+// A listing reads what the last lease published, so concurrent listings (a server's handoff
+// handler beside a worker's sequence check) never see each other as a running frame, and a
+// stream whose frame runs shows the frames it completed. Before, a listing that met another
+// one's momentary hold reported the stream busy with 0 frames, and a fleet server refused a
+// handed-over sequence as unknown.
+TEST(Streams, ListingsNeverHideAStreamsFramesFromEachOther) {
+  StreamRegistry reg;
+  for (int k = 0; k < 3; ++k) {
+    auto lease = reg.acquire("car");
+    lease.begin_frame(k * 0.5, "s");
+    lease.end_frame(k * 0.5);
+  }
+  std::atomic<int> wrong{0};
+  auto lister = [&] {
+    for (int i = 0; i < 20000; ++i) {
+      for (const StreamInfo& s : reg.list()) {
+        if (s.busy || s.frames != 3 || s.last_timestamp != 1.0) ++wrong;
+      }
+    }
+  };
+  std::thread a(lister), b(lister);
+  lister();
+  a.join();
+  b.join();
+  EXPECT_EQ(wrong.load(), 0);
+  {
+    auto lease = reg.acquire("car");  // a frame runs: busy, with the frames completed before it
+    lease.begin_frame(1.5, "s");
+    const std::vector<StreamInfo> during = reg.list();
+    ASSERT_EQ(during.size(), 1u);
+    EXPECT_TRUE(during[0].busy);
+    EXPECT_EQ(during[0].frames, 3u);
+    lease.end_frame(1.5);
+  }
+  const std::vector<StreamInfo> after = reg.list();
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_FALSE(after[0].busy);
+  EXPECT_EQ(after[0].frames, 4u);
+  EXPECT_EQ(after[0].last_timestamp, 1.5);
 }
 
 // Four streams of three frames each, from four threads through one model: every stream's BEV

@@ -17,6 +17,13 @@ struct StreamRegistry::Entry {
   int leases = 0;            // taken or waiting
   double last_used = 0;      // wall clock
   bool evicted = false;
+  bool running = false;      // a lease holds `run`
+  // What list() shows: the bookkeeping below as the last lease left it. A listing reads these,
+  // never `run`, so readers never look busy to one another and a running frame's stream shows
+  // its completed frames, not zeros.
+  uint64_t shown_frames = 0;
+  double shown_last_timestamp = 0;
+  bool shown_has_history = false;
   // Guarded by `run`:
   StreamHistory history;
   uint64_t frames = 0;
@@ -50,7 +57,10 @@ StreamRegistry::~StreamRegistry() = default;
 // ---- Lease ----
 
 StreamRegistry::Lease::Lease(StreamRegistry* owner, std::shared_ptr<Entry> entry)
-    : owner_(owner), entry_(std::move(entry)), lock_(entry_->run) {}
+    : owner_(owner), entry_(std::move(entry)), lock_(entry_->run) {
+  const std::lock_guard<std::mutex> g(owner_->mu_);
+  entry_->running = true;
+}
 
 StreamRegistry::Lease::Lease(Lease&& other) noexcept
     : owner_(other.owner_), entry_(std::move(other.entry_)), lock_(std::move(other.lock_)) {
@@ -59,8 +69,8 @@ StreamRegistry::Lease::Lease(Lease&& other) noexcept
 
 StreamRegistry::Lease::~Lease() {
   if (owner_ && entry_) {
+    owner_->released(*entry_);  // publishes while `run` is still held: no other lease wrote since
     lock_.unlock();
-    owner_->released(*entry_);
   }
 }
 
@@ -116,6 +126,10 @@ void StreamRegistry::released(Entry& e) {
   const std::lock_guard<std::mutex> g(mu_);
   --e.leases;
   e.last_used = clock_();
+  e.running = false;
+  e.shown_frames = e.frames;
+  e.shown_last_timestamp = e.last_timestamp;
+  e.shown_has_history = e.history.state.has_prev_bev;
 }
 
 void StreamRegistry::expire_locked(double now, const std::string& keep) const {
@@ -206,29 +220,19 @@ bool StreamRegistry::drop(const std::string& id) {
 }
 
 std::vector<StreamInfo> StreamRegistry::list() const {
-  std::vector<std::shared_ptr<Entry>> entries;
-  double now = 0;
-  {
-    const std::lock_guard<std::mutex> g(mu_);
-    now = clock_();
-    expire_locked(now, {});  // a stream past its TTL is gone whether or not another arrived
-    for (const auto& [id, e] : streams_) entries.push_back(e);
-  }
+  const std::lock_guard<std::mutex> g(mu_);
+  const double now = clock_();
+  expire_locked(now, {});  // a stream past its TTL is gone whether or not another arrived
   std::vector<StreamInfo> out;
-  for (const auto& e : entries) {
+  out.reserve(streams_.size());
+  for (const auto& [id, e] : streams_) {
     StreamInfo i;
-    i.id = e->id;
-    std::unique_lock<std::mutex> run(e->run, std::try_to_lock);
-    i.busy = !run.owns_lock();
-    if (run.owns_lock()) {
-      i.frames = e->frames;
-      i.last_timestamp = e->last_timestamp;
-      i.has_history = e->history.state.has_prev_bev;
-    }
-    {
-      const std::lock_guard<std::mutex> g(mu_);
-      i.idle_seconds = e->leases > 0 ? 0.0 : now - e->last_used;
-    }
+    i.id = id;
+    i.frames = e->shown_frames;
+    i.last_timestamp = e->shown_last_timestamp;
+    i.has_history = e->shown_has_history;
+    i.busy = e->running;
+    i.idle_seconds = e->leases > 0 ? 0.0 : now - e->last_used;
     out.push_back(std::move(i));
   }
   return out;

@@ -88,6 +88,8 @@ class StreamRegistry {
   std::optional<Lease> find(const std::string& id);
   // Forgets a stream's history; false when there is no such stream.
   bool drop(const std::string& id);
+  // Every stream as its last lease left it, without waiting: a stream whose frame runs shows
+  // busy with the frames it completed before. Never blocks on a running frame.
   std::vector<StreamInfo> list() const;
   StreamStats stats() const;
   const StreamLimits& limits() const { return limits_; }
