@@ -6,7 +6,11 @@ medians and p90s, the ratio of the frames, and the ratio of the backbones alone 
 also runs oneDNN convolutions).
 
     python3 scripts/compare_reference.py [--config tiny] [--threads 2] [--frames 5]
-        [--precision f32] [--bevformer build/bin/bevformer] [--json]
+        [--precision f32|bf16] [--torch-precision f32|bf16] [--bevformer build/bin/bevformer] [--json]
+
+Both sides run at --precision unless --torch-precision says otherwise: bf16 is bevformer.cpp's
+bf16 and the reference under torch.autocast (bf16) with channels-last, as a PyTorch user runs a
+model on a CPU with bf16 units (reference/time_reference.py).
 
 The two run one after the other, never at once, so neither slows the other. The torch side uses
 glibc malloc tunables that keep freed buffers for reuse (see reference/time_reference.py);
@@ -38,11 +42,14 @@ def main():
     ap.add_argument("--frames", type=int, default=5, help="timed frames each (default 5)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed frames first (default 2, at least 2)")
     ap.add_argument("--seed", type=int, default=2026, help="weights and frames (default 2026)")
-    ap.add_argument("--precision", default="f32", choices=["f32", "bf16"], help="bevformer.cpp's precision (torch: f32)")
+    ap.add_argument("--precision", default="f32", choices=["f32", "bf16"], help="both sides' precision (default f32)")
+    ap.add_argument("--torch-precision", choices=["f32", "bf16"],
+                    help="the reference's precision when it differs from --precision")
     ap.add_argument("--bevformer", default=os.path.join(ROOT, "build", "bin", "bevformer"), help="the CLI binary")
     ap.add_argument("--default-malloc", action="store_true", help="torch with glibc's default malloc")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = ap.parse_args()
+    torch_precision = args.torch_precision or args.precision
     if not os.access(args.bevformer, os.X_OK):
         ap.error(f"{args.bevformer} is not an executable; build first (scripts/build.sh build) or pass --bevformer")
     if args.threads < 1 or args.frames < 1 or args.warmup < 2:
@@ -51,10 +58,11 @@ def main():
     with tempfile.TemporaryDirectory(prefix="bevformer-compare-") as tmp:
         weights = os.path.join(tmp, "weights.safetensors")
         subprocess.run([args.bevformer, "-q", "random-weights", "--config", args.config, "--seed", str(args.seed),
-                        "-o", weights], check=True)
+                        "-o", weights], check=True, stdout=sys.stderr)  # stdout is the report's
         common = ["--config", args.config, "--weights", weights, "--threads", str(args.threads),
                   "--frames", str(args.frames), "--warmup", str(args.warmup), "--seed", str(args.seed)]
-        torch_cmd = [sys.executable, os.path.join(ROOT, "reference", "time_reference.py"), *common, "--json"]
+        torch_cmd = [sys.executable, os.path.join(ROOT, "reference", "time_reference.py"), *common,
+                     "--precision", torch_precision, "--json"]
         if args.default_malloc:
             torch_cmd.append("--default-malloc")
         print("+ " + " ".join(torch_cmd), file=sys.stderr, flush=True)
@@ -74,7 +82,7 @@ def main():
         "bevformer": {"median_ms": ours["median_ms"], "p90_ms": ours["p90_ms"], "backbone_ms": backbone,
                       "precision": args.precision, "device": ours["device"]},
         "pytorch": {"median_ms": ref["median_ms"], "p90_ms": ref["p90_ms"], "backbone_ms": ref["backbone_median_ms"],
-                    "torch_version": ref["torch_version"], "malloc": ref["malloc"]},
+                    "torch_version": ref["torch_version"], "malloc": ref["malloc"], "precision": torch_precision},
         "ratio_frame": ref["median_ms"] / ours["median_ms"],
         "ratio_backbone": ref["backbone_median_ms"] / backbone if backbone > 0 else None,
     }
@@ -86,7 +94,7 @@ def main():
     print(f"{'':12} {'median ms':>10} {'p90 ms':>10} {'backbone ms':>12}")
     print(f"{'bevformer':12} {b['median_ms']:10.1f} {b['p90_ms']:10.1f} {b['backbone_ms']:12.1f}   ({args.precision})")
     print(f"{'pytorch':12} {t['median_ms']:10.1f} {t['p90_ms']:10.1f} {t['backbone_ms']:12.1f}   "
-          f"(torch {t['torch_version']}, f32)")
+          f"(torch {t['torch_version']}, {'bf16 autocast, channels-last' if t['precision'] == 'bf16' else 'f32'})")
     print(f"bevformer.cpp is {out['ratio_frame']:.2f}x faster per frame"
           + (f", {out['ratio_backbone']:.2f}x on the backbone alone" if out["ratio_backbone"] else ""))
     return 0

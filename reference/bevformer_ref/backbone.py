@@ -25,6 +25,9 @@ def deform_conv2d(x: torch.Tensor, offset: torch.Tensor, mask: torch.Tensor, wei
     unless -1 < y < H and -1 < x < W, and only in-range corners contribute. The samples, times
     the mask, form im2col columns that one matmul with the weight reduces.
     """
+    # The views below assume the default (NCHW) layout; a channels-last model (the bf16 timing)
+    # hands over channels-last tensors. A no-op for default-layout ones.
+    x, offset, mask = x.contiguous(), offset.contiguous(), mask.contiguous()
     n, c, h, w = x.shape
     o, _, kh, kw = weight.shape
     g = deform_groups

@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""bevformer.cpp's ResNet backbone against OpenVINO's on the same images, weights, threads and
+precision, in one run: the CPU runtime an Intel user would pick instead, with its own AMX and VNNI
+kernels (docs/PERF.md, "Against OpenVINO").
+
+    VENV/bin/python scripts/compare_openvino.py [--config tiny] [--threads 2] [--frames 8]
+        [--precisions f32,bf16,int8] [--bevformer build/bin/bevformer] [--json]
+
+The venv: OpenVINO and NNCF from PyPI. The reference model is built and exported by Debian's
+torch (python3-torch, scripts/setup.sh) in a /usr/bin/python3 subprocess: NNCF needs a newer torch
+than Debian's 1.13 whenever it can import one, so the venv must not see the system's packages:
+
+    python3 -m venv ~/ov-venv && ~/ov-venv/bin/pip install openvino nncf
+
+How. `bevformer random-weights` writes seeded weights; the PyTorch reference (reference/) loads
+them and its backbone (the ResNet: stem and layer1-4, every output level, as bevformer.cpp's
+img.stem..img.layer4 stages) is exported to ONNX and read by OpenVINO. The images are the six
+cameras of one frame at the config's padded size, N(0, 1) from --seed. OpenVINO compiles the
+model for the CPU with INFERENCE_PRECISION_HINT f32 or bf16 and INFERENCE_NUM_THREADS = --threads
+(latency hint); int8 is NNCF's post-training quantization of that model (per-channel weight
+scales, activation ranges from --calib frames of images), compiled the same way. Each is run once
+untimed, then --frames times; medians are reported. OpenVINO's f32 output is compared with the
+reference's (relative L2 per level) so that both sides provably run the same network.
+
+bevformer.cpp's side is `bevformer bench` at each precision it has (f32, bf16) with the same
+weights, threads and --frames: the median of its image stage over the timed frames. That stage is
+the backbone plus the FPN and the value projections (about 1% more work for tiny), so the ratio
+is slightly in OpenVINO's favour. It has no int8 yet: that row shows OpenVINO alone.
+Exit status: 0, 77 when torch or openvino is missing (the venv above), 1 on a mismatch."""
+# --export DIR (internal): run by /usr/bin/python3 with torch, writes DIR/backbone.onnx, the images
+# (images.npy, calib.npy) and the reference backbone's outputs on the images (want.npz).
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SKIP = 77
+
+
+def need(module, hint):
+    try:
+        return __import__(module)
+    except ImportError as e:
+        print(f"compare_openvino: {e}; {hint}", file=sys.stderr)
+        sys.exit(SKIP)
+
+
+def median(xs):
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def timed(fn, frames):
+    fn()  # untimed: first-run allocations, kernel selection
+    out = []
+    for _ in range(frames):
+        t = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t) * 1e3)
+    return median(out)
+
+
+def ours(binary, config, weights, threads, frames, seed, precision):
+    cmd = [binary, "bench", "--config", config, "--weights", weights, "--threads", str(threads), "--frames",
+           str(frames), "--seed", str(seed), "--precision", precision, "--no-peak", "--json"]
+    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"compare_openvino: bevformer bench exited {p.returncode}")
+    j = json.loads(p.stdout)
+    return j["parts_ms"]["image"], j["device"]
+
+
+def export_backbone(args):
+    """The torch side (Debian's python3-torch): the reference backbone with the seeded weights,
+    exported to ONNX, and its outputs on the images."""
+    sys.path.insert(0, os.path.join(ROOT, "reference"))
+    import _bootstrap
+    _bootstrap.ensure_torch()
+    import numpy as np
+    import torch
+    import bevformer_ref as bf
+
+    torch.set_num_threads(args.threads)
+    cfg = bf.load_config(args.config)
+    w, h = cfg.image.padded_wh()
+    shape = (cfg.transformer.num_cams, 3, h, w)
+    gen = torch.Generator().manual_seed(args.seed)
+    images = torch.randn(*shape, generator=gen)
+    calib = torch.stack([torch.randn(*shape, generator=gen) for _ in range(args.calib)])
+    backbone = bf.build(cfg, args.weights).img_backbone.eval()
+    with torch.inference_mode():
+        want = [t.numpy() for t in backbone(images)]
+    names = [f"level{i}" for i in range(len(want))]
+    print(f"compare_openvino: exporting the {cfg.name} backbone ({'x'.join(map(str, shape))}) to ONNX",
+          file=sys.stderr, flush=True)
+    with torch.no_grad():
+        torch.onnx.export(backbone, (images,), os.path.join(args.export, "backbone.onnx"), input_names=["img"],
+                          output_names=names, opset_version=13)
+    np.save(os.path.join(args.export, "images.npy"), images.numpy())
+    np.save(os.path.join(args.export, "calib.npy"), calib.numpy())
+    np.savez(os.path.join(args.export, "want.npz"), *want)
+    json.dump({"config": cfg.name, "shape": list(shape)}, open(os.path.join(args.export, "meta.json"), "w"))
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="tiny", help="tiny | small | base | upstream-style config JSON (default tiny)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for both (default: all CPUs)")
+    ap.add_argument("--frames", type=int, default=8, help="timed backbone runs each (default 8)")
+    ap.add_argument("--calib", type=int, default=4, help="frames of images NNCF calibrates int8 on (default 4)")
+    ap.add_argument("--seed", type=int, default=2026, help="weights and images (default 2026)")
+    ap.add_argument("--precisions", default="f32,bf16,int8", help="comma-separated, of f32, bf16, int8")
+    ap.add_argument("--bevformer", default=os.path.join(ROOT, "build", "bin", "bevformer"), help="the CLI binary")
+    ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    ap.add_argument("--export", help=argparse.SUPPRESS)
+    ap.add_argument("--weights", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.export:
+        return export_backbone(args)
+    precisions = [p for p in args.precisions.split(",") if p]
+    if not precisions or any(p not in ("f32", "bf16", "int8") for p in precisions):
+        ap.error("--precisions takes f32, bf16 and int8, comma-separated")
+    if args.threads < 1 or args.frames < 1 or args.calib < 1:
+        ap.error("--threads, --frames and --calib must be >= 1")
+    if not os.access(args.bevformer, os.X_OK):
+        ap.error(f"{args.bevformer} is not an executable; build first (scripts/build.sh build) or pass --bevformer")
+    if not os.path.exists("/usr/bin/python3"):
+        print("compare_openvino: /usr/bin/python3 (with python3-torch) not found", file=sys.stderr)
+        return SKIP
+    ov = need("openvino", "pip install openvino nncf in a venv (this script's docstring)")
+    import numpy as np
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bevformer-openvino-") as tmp:
+        weights = os.path.join(tmp, "weights.safetensors")
+        subprocess.run([args.bevformer, "-q", "random-weights", "--config", args.config, "--seed", str(args.seed),
+                        "-o", weights], check=True, stdout=sys.stderr)  # stdout is the report's
+        export = ["/usr/bin/python3", "-B", os.path.abspath(__file__), "--export", tmp, "--config", args.config,
+                  "--weights", weights, "--seed", str(args.seed), "--calib", str(args.calib), "--threads",
+                  str(args.threads)]
+        print("+ " + " ".join(export), file=sys.stderr, flush=True)
+        p = subprocess.run(export)
+        if p.returncode != 0:
+            return p.returncode
+        meta = json.load(open(os.path.join(tmp, "meta.json")))
+        shape, name = meta["shape"], meta["config"]
+        w, h = shape[3], shape[2]
+        feed = np.load(os.path.join(tmp, "images.npy"))
+        want = list(np.load(os.path.join(tmp, "want.npz")).values())
+        onnx_path = os.path.join(tmp, "backbone.onnx")
+        core = ov.Core()
+        model = core.read_model(onnx_path)
+        cpu = core.get_property("CPU", "FULL_DEVICE_NAME")
+        caps = core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+
+        def compile_for(m, hint):
+            return core.compile_model(m, "CPU", {"INFERENCE_PRECISION_HINT": hint, "INFERENCE_NUM_THREADS": args.threads,
+                                                 "PERFORMANCE_HINT": "LATENCY"})
+
+        fidelity = None
+        for prec in precisions:
+            row = {"precision": prec}
+            if prec == "int8":
+                nncf = need("nncf", "pip install nncf in the venv (this script's docstring)")
+                calib = list(np.load(os.path.join(tmp, "calib.npy")))
+                print(f"compare_openvino: NNCF int8 calibration on {args.calib} frame(s)", file=sys.stderr, flush=True)
+                qmodel = nncf.quantize(model, nncf.Dataset(calib), subset_size=args.calib)
+                compiled = compile_for(qmodel, "f32")  # int8 where quantized, f32 elsewhere
+            else:
+                compiled = compile_for(model, prec)
+            request = compiled.create_infer_request()
+            got = request.infer({0: feed})
+            if prec == "f32":
+                fidelity = []
+                for i, ref in enumerate(want):
+                    out = got[compiled.outputs[i]]
+                    fidelity.append(float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30)))
+                if max(fidelity) > 1e-3:
+                    print(f"compare_openvino: OpenVINO's f32 backbone differs from the reference's (relative L2 per "
+                          f"level {fidelity}): not the same network", file=sys.stderr)
+                    return 1
+            row["openvino_ms"] = timed(lambda: request.infer({0: feed}), args.frames)
+            if prec in ("f32", "bf16"):
+                row["bevformer_ms"], row["device"] = ours(args.bevformer, args.config, weights, args.threads, args.frames,
+                                                          args.seed, prec)
+                row["ratio"] = row["openvino_ms"] / row["bevformer_ms"]
+            rows.append(row)
+
+    out = {"config": name, "threads": args.threads, "frames": args.frames, "seed": args.seed,
+           "images": list(shape), "openvino": ov.__version__ if hasattr(ov, "__version__") else ov.get_version(),
+           "cpu": cpu, "openvino_capabilities": list(caps), "f32_relative_l2_per_level": fidelity, "rows": rows}
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"{name} backbone on {shape[0]} images of {w}x{h}, {args.threads} thread(s), median of {args.frames}; "
+          f"OpenVINO {out['openvino']} on {cpu} ({', '.join(caps)})")
+    if fidelity:
+        print("OpenVINO f32 against the reference, relative L2 per level: " + ", ".join(f"{e:.1e}" for e in fidelity))
+    print(f"{'precision':10} {'bevformer ms':>13} {'OpenVINO ms':>12}  bevformer.cpp is")
+    for r in rows:
+        ours_ms = f"{r['bevformer_ms']:13.1f}" if "bevformer_ms" in r else f"{'(none)':>13}"
+        verdict = f"{r['ratio']:.2f}x as fast" if "ratio" in r else "-"
+        print(f"{r['precision']:10} {ours_ms} {r['openvino_ms']:12.1f}  {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

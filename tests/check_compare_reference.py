@@ -1,0 +1,35 @@
+"""scripts/compare_reference.py as documented, on the micro config: both sides run, in f32 and in
+bf16 (the reference under torch.autocast), and --json prints one parseable object whose numbers
+are consistent (exit 77, a skip, without python3-torch).
+Usage: python3 tests/check_compare_reference.py BEVFORMER_BINARY CONFIG_JSON"""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def main():
+    binary, config = sys.argv[1], sys.argv[2]
+    for precision in ("f32", "bf16"):
+        cmd = [sys.executable, os.path.join(ROOT, "scripts", "compare_reference.py"), "--config", config, "--threads", "2",
+               "--frames", "2", "--precision", precision, "--bevformer", binary, "--json"]
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+        if p.returncode == 77:
+            print("compare_reference: torch not installed: skipped")
+            return 77
+        assert p.returncode == 0, (precision, p.returncode)
+        out = json.loads(p.stdout)  # nothing else on stdout
+        ours, ref = out["bevformer"], out["pytorch"]
+        assert ours["precision"] == precision and ref["precision"] == precision, out
+        for side in (ours, ref):
+            assert 0 < side["median_ms"] <= side["p90_ms"], out
+            assert side["backbone_ms"] > 0, out
+        assert abs(out["ratio_frame"] - ref["median_ms"] / ours["median_ms"]) < 1e-9, out
+        print(f"{precision}: bevformer {ours['median_ms']:.1f} ms, pytorch {ref['median_ms']:.1f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
