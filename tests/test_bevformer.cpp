@@ -302,9 +302,9 @@ FrameInput on_other_rig(FrameInput f, double scale) {
   return f;
 }
 
-// Two vehicles with different rigs take turns on one model: each rig's geometry and bev plans
-// are recorded once and then replayed (no re-recording when the rig switches back), and every
-// output equals that vehicle's eager run alone. A fifth rig drops the least recently used.
+// Two vehicles with different rigs take turns on one model: each rig's geometry is computed
+// once, the bev stages are the rig's by binding its SCA lists (one stage per history variant,
+// whatever the rigs), and every output equals that vehicle's eager run alone.
 TEST(BevFormerPlans, RigCacheServesVehiclesWithDifferentRigs) {
   const ModelConfig cfg = micro();
   auto backend = make_cpu_backend(2, Precision::kF32);
@@ -325,18 +325,39 @@ TEST(BevFormerPlans, RigCacheServesVehiclesWithDifferentRigs) {
     EXPECT_FALSE(identical(pa.bev_embed, pb.bev_embed));
   }
   EXPECT_EQ(planned.rigs_seen(), 2u);
-  EXPECT_EQ(planned.stage_info().size(), 5u);  // image + (first frame, with history) per rig
-  EXPECT_NE(planned.describe().find("bev (with history, rig 2)"), std::string::npos);
+  EXPECT_EQ(planned.stage_info().size(), 3u);  // image, bev (first frame), bev (with history)
+  EXPECT_EQ(planned.describe().find(", rig "), std::string::npos);
+}
 
-  for (int r = 0; r < 4; ++r) planned.forward(on_other_rig(synthetic_frame(cfg, 30 + r, 0), 1.1 + 0.05 * r));
-  EXPECT_EQ(planned.rigs_seen(), 6u);
-  EXPECT_LE(planned.stage_info().size(), 1u + 2u * 4u);  // four rigs kept at most
-  // Rig a was dropped: coming back computes it again, with the same result as before.
-  StreamHistory fresh;
-  const FrameOutput again = planned.forward(synthetic_frame(cfg, 21, 0), fresh);
-  EXPECT_EQ(planned.rigs_seen(), 7u);
-  LoadedModel eager_c(cfg, ck, *backend, /*replay=*/false);
-  EXPECT_TRUE(identical(again.bev_embed, eager_c.forward(synthetic_frame(cfg, 21, 0)).bev_embed));
+// Eight vehicles on eight rigs, more than a per-rig recording could keep: after one round (which
+// may grow the stages' list capacity once), a second round replays the same stages, and every
+// vehicle's frames equal its eager run alone. Before, each rig had its own bev stages and only
+// four rigs kept theirs: every frame of the second round recorded a bev stage again.
+TEST(BevFormerPlans, EightRigsReplayWithoutRecordingAgain) {
+  const ModelConfig cfg = micro();
+  auto backend = make_cpu_backend(2, Precision::kF32);
+  const Checkpoint ck = random_checkpoint(cfg, 23);
+  LoadedModel planned(cfg, ck, *backend, /*replay=*/true);
+  constexpr int kVehicles = 8;
+  std::vector<StreamHistory> history(kVehicles);
+  std::vector<std::unique_ptr<LoadedModel>> alone;
+  for (int v = 0; v < kVehicles; ++v) alone.push_back(std::make_unique<LoadedModel>(cfg, ck, *backend, /*replay=*/false));
+  auto frame = [&](int v, int k) { return on_other_rig(synthetic_frame(cfg, 40 + static_cast<uint64_t>(v), k), 0.9 + 0.04 * v); };
+  const RecordedStage* after_first_round = nullptr;
+  for (int k = 0; k < 3; ++k) {
+    for (int v = 0; v < kVehicles; ++v) {
+      const FrameInput f = frame(v, k);
+      const FrameOutput p = planned.forward(f, history[static_cast<size_t>(v)]);
+      const FrameOutput e = alone[static_cast<size_t>(v)]->forward(f);
+      EXPECT_TRUE(identical(p.bev_embed, e.bev_embed)) << "vehicle " << v << ", frame " << k;
+      EXPECT_TRUE(identical(p.all_bbox_preds, e.all_bbox_preds)) << "vehicle " << v << ", frame " << k;
+    }
+    if (k == 1) after_first_round = planned.runner().bev_stage(/*with_history=*/true);
+  }
+  ASSERT_NE(after_first_round, nullptr);
+  EXPECT_EQ(planned.runner().bev_stage(true), after_first_round) << "the with-history stage was recorded again";
+  EXPECT_EQ(planned.rigs_seen(), static_cast<size_t>(kVehicles));  // each rig's geometry computed once
+  EXPECT_EQ(planned.stage_info().size(), 3u);
 }
 
 

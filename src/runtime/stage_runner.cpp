@@ -142,7 +142,7 @@ struct StageRunner::Impl {
   bool replay = true;  // record each stage once, execute it after (false: eager every frame)
   LanePool lanes;      // frames in flight between their stages (1, or 2 when pipelined)
   // Each stage runs one frame at a time. image_mu: the image stages being recorded or executed;
-  // bev_mu: the rig cache, its bev stages and spare_bev.
+  // bev_mu: the rig cache, the bev stages and spare_bev.
   std::mutex image_mu, bev_mu;
   StreamHistory default_history;
   // The buffer the next bev stage writes its new BEV into; on success it becomes the stream's
@@ -172,11 +172,15 @@ struct StageRunner::Impl {
     bool tapped = false;
     int lane = 0;                   // whose image outputs it reads...
     uint64_t image_generation = 0;  // ...as that lane's stage was recorded then
-    EncoderInputs in;   // can_bus, tsa_reference, rotation_index: written per frame; prev_bev: bound
+    int64_t capacity = 0;           // SCA slots per camera: rigs whose longest list fits replay it
+    // can_bus, tsa_reference, rotation_index: written per frame; prev_bev and the SCA lists
+    // (query_index, reference, inv_count): bound to the stream's buffer and the frame's rig's
+    EncoderInputs in;
     BevOutputs out;     // out.bev_embed: bound to the frame's new history buffer
     Taps taps;
     RecordedStage stage;
     Tensor last_bev;    // the buffer the last frame's new BEV went to (what replays read as previous)
+    Tensor last_query_index, last_reference, last_inv_count;  // the last frame's rig's lists (ditto)
   };
   // One image stage per lane (a frame in flight between its stages). Lane k's stage belongs to
   // the frame holding lane k: its image stage records or executes it (under image_mu), then its
@@ -184,15 +188,17 @@ struct StageRunner::Impl {
   std::vector<std::unique_ptr<ImageStage>> image_stages;
   uint64_t image_recordings = 0;  // under image_mu
 
-  // A rig's geometry (host), its SCA query lists in backend memory, and its bev stages (one per
-  // history variant, tap setting and lane). The last kMaxRigs rigs stay recorded.
+  // A rig's geometry (host) and its SCA query lists in backend memory, padded to a bev stage's
+  // capacity. The bev stages do not depend on the rig (its lists are bound inputs), so a vehicle
+  // whose rig left this cache costs its geometry again (ms), never a recording.
   struct RigEntry {
     size_t id = 0;  // 1 for the first rig this runner saw, 2 for the next new one...
     RigGeometry geometry;
-    Tensor query_index, reference, inv_count;  // geometry.queries, uploaded
-    std::vector<std::unique_ptr<BevStage>> bev_stages;
+    Tensor inv_count;             // geometry.queries', uploaded
+    int64_t padded_capacity = 0;  // of the two below (0: none yet)
+    Tensor padded_query_index, padded_reference;
   };
-  static constexpr size_t kMaxRigs = 4;
+  static constexpr size_t kMaxRigs = 16;
   std::vector<std::unique_ptr<RigEntry>> rigs;  // most recently used first; under bev_mu
   size_t rigs_computed = 0;
 
@@ -205,8 +211,6 @@ struct StageRunner::Impl {
     if (it == rigs.end()) {
       auto e = std::make_unique<RigEntry>();
       e->geometry = model.rig_geometry(f);
-      e->query_index = backend.upload(e->geometry.queries.query_index);
-      e->reference = backend.upload(e->geometry.queries.reference);
       e->inv_count = backend.upload(e->geometry.queries.inv_count);
       e->id = ++rigs_computed;
       if (rigs.size() == kMaxRigs) rigs.pop_back();
@@ -217,10 +221,13 @@ struct StageRunner::Impl {
     return *rigs.front();
   }
 
-  static void add_rig(std::vector<ScaInputs>& sca, const RigEntry& rig) {
+  // An eager frame's SCA lists: its rig's as computed (what a replayed stage recorded first for
+  // this rig holds, so that both run the same ops and the profiler carries labels across).
+  void add_rig(std::vector<ScaInputs>& sca, RigEntry& rig) {
+    pad_rig(rig, rig.geometry.queries.max_len);
     for (ScaInputs& s : sca) {
-      s.query_index = rig.query_index;
-      s.reference = rig.reference;
+      s.query_index = rig.padded_query_index;
+      s.reference = rig.padded_reference;
       s.inv_count = rig.inv_count;
     }
   }
@@ -256,33 +263,73 @@ struct StageRunner::Impl {
     return *s;
   }
 
-  BevStage& bev_recorded(RigEntry& rig, int lane, bool use_prev, bool tapped) {
+  // The bev stages of single frames (one per history variant, tap setting and lane), most
+  // recently recorded last; under bev_mu.
+  std::vector<std::unique_ptr<BevStage>> bev_stages;
+
+  // The SCA lists of `rig` padded to `capacity` slots per camera (the rest -1 and zeros: the
+  // padding gathers zeros and scatters nowhere), uploaded once per rig and capacity.
+  void pad_rig(RigEntry& rig, int64_t capacity) {
+    if (rig.padded_capacity == capacity) return;
+    const ScaQueryLists& q = rig.geometry.queries;
+    const int64_t cams = cfg.transformer.num_cams, anchors = q.reference.size(2), ref_floats = anchors * 2;
+    Tensor qi = Tensor::empty({cams * capacity}, DType::kI64);
+    Tensor ref = Tensor::zeros({cams * capacity, 1, anchors, 2}, DType::kF32);
+    for (int64_t n = 0; n < cams; ++n) {
+      int64_t* dst = qi.data<int64_t>() + n * capacity;
+      const int64_t* src = q.query_index.data<int64_t>() + n * q.max_len;
+      for (int64_t k = 0; k < capacity; ++k) dst[k] = k < q.max_len ? src[k] : -1;
+      std::copy_n(q.reference.data<float>() + n * q.max_len * ref_floats, q.max_len * ref_floats,
+                  ref.data<float>() + n * capacity * ref_floats);
+    }
+    rig.padded_query_index = backend.upload(qi);
+    rig.padded_reference = backend.upload(ref);
+    rig.padded_capacity = capacity;
+  }
+
+  // The bev stage for a frame of this lane and variant whose rig's longest SCA list is `longest`
+  // (pillar anchors `anchors`): the recorded one, or recorded now. The first recording holds
+  // exactly the first rig's lists (one vehicle, or a fleet of one calibration, pays no padding);
+  // a rig with a longer list re-records it at the batches' capacity rule, so rigs alike fit from
+  // then on (a larger capacity replaces a smaller one).
+  BevStage& bev_recorded(int lane, bool use_prev, bool tapped, int64_t longest, int64_t anchors) {
     const ImageStage& image = *image_stages[static_cast<size_t>(lane)];
     // Stages that read an earlier recording of this lane's image stage would run on its stale
-    // outputs (which they keep alive: for base about 1.1 GB each). Every rig's go, not only this
-    // one's: a new image size is also a new rig, so the old rig's stages would otherwise linger.
-    for (auto& r : rigs) {
-      std::erase_if(r->bev_stages, [&](const std::unique_ptr<BevStage>& p) {
-        return p->lane == lane && p->image_generation != image.generation;
-      });
+    // outputs (which they keep alive: for base about 1.1 GB each).
+    std::erase_if(bev_stages, [&](const std::unique_ptr<BevStage>& p) {
+      return p->lane == lane && p->image_generation != image.generation;
+    });
+    int64_t capacity = longest;
+    for (auto it = bev_stages.begin(); it != bev_stages.end(); ++it) {
+      BevStage& p = **it;
+      if (p.use_prev != use_prev || p.tapped != tapped || p.lane != lane) continue;
+      if (p.capacity >= longest && p.in.sca.front().reference.size(2) == anchors) return p;
+      capacity = std::max(capacity_for(longest), p.capacity);
+      bev_stages.erase(it);
+      break;
     }
-    for (auto& p : rig.bev_stages) {
-      if (p->use_prev == use_prev && p->tapped == tapped && p->lane == lane) return *p;
-    }
-    const int64_t hw = int64_t{cfg.head.bev_h} * cfg.head.bev_w;
+    const int64_t hw = bev_cells(), cams = cfg.transformer.num_cams;
     auto p = std::make_unique<BevStage>();
     p->use_prev = use_prev;
     p->tapped = tapped;
     p->lane = lane;
     p->image_generation = image.generation;
+    p->capacity = capacity;
     p->in.can_bus = backend.empty({1, 18}, DType::kF32);
     p->in.tsa_reference = backend.empty({hw, 2, 1, 2}, DType::kF32);
     if (use_prev) {
       p->in.prev_bev = backend.empty({hw, cfg.transformer.embed_dims}, DType::kF32);
       p->in.rotation_index = backend.empty({hw}, DType::kI64);
     }
+    const Tensor query_index = backend.empty({cams * capacity}, DType::kI64);
+    const Tensor reference = backend.empty({cams * capacity, 1, anchors, 2}, DType::kF32);
+    const Tensor inv_count = backend.empty({hw, 1}, DType::kF32);
     p->in.sca = image.out.sca;
-    add_rig(p->in.sca, rig);
+    for (ScaInputs& v : p->in.sca) {
+      v.query_index = query_index;
+      v.reference = reference;
+      v.inv_count = inv_count;
+    }
     Ops rec(backend, Ops::Mode::kPlan);  // computed by the first execution, as the image stage
     p->out = model.bev_stage(rec, p->in, tapped ? &p->taps : nullptr);
     std::vector<Tensor> keep = tap_tensors(p->taps);
@@ -292,11 +339,23 @@ struct StageRunner::Impl {
     keep.insert(keep.end(), p->out.top_scores.begin(), p->out.top_scores.end());
     keep.insert(keep.end(), p->out.top_index.begin(), p->out.top_index.end());
     std::string name = use_prev ? "bev (with history" : "bev (first frame";
-    if (rig.id > 1) name += ", rig " + std::to_string(rig.id);
     if (lane > 0) name += ", lane " + std::to_string(lane + 1);
-    p->stage = RecordedStage(name + ")", rec.take_nodes(), keep, backend, {p->in.prev_bev, p->out.bev_embed});
-    rig.bev_stages.push_back(std::move(p));
-    return *rig.bev_stages.back();
+    p->stage = RecordedStage(name + ")", rec.take_nodes(), keep, backend,
+                             {p->in.prev_bev, p->out.bev_embed, query_index, reference, inv_count});
+    bev_stages.push_back(std::move(p));
+    return *bev_stages.back();
+  }
+
+  // The bindings of a bev stage's execution: its new BEV, its rig's lists and (with history) the
+  // previous BEV. On the caller's stack: a frame's execution allocates nothing.
+  using BevBindings = std::array<StageBinding, 5>;
+  static std::span<const StageBinding> bev_bindings(BevBindings& b, const BevStage& s, const Tensor& new_bev,
+                                                   const Tensor& prev_bev) {
+    const ScaInputs& sca = s.in.sca.front();
+    b = {StageBinding{s.out.bev_embed, new_bev}, StageBinding{sca.query_index, s.last_query_index},
+         StageBinding{sca.reference, s.last_reference}, StageBinding{sca.inv_count, s.last_inv_count},
+         StageBinding{s.in.prev_bev, prev_bev}};
+    return std::span<const StageBinding>(b.data(), s.use_prev ? 5 : 4);
   }
 
   // ---- the two stages of a frame, apart ----
@@ -365,15 +424,18 @@ struct StageRunner::Impl {
     t_part = Clock::now();
     Tensor new_bev, last_preds, top_scores, top_index;
     if (replay) {
-      BevStage& s = bev_recorded(rig, st->lane, use_prev, reads.taps != nullptr);
+      const ScaQueryLists& lists = rig.geometry.queries;
+      BevStage& s = bev_recorded(st->lane, use_prev, reads.taps != nullptr, lists.max_len, lists.reference.size(2));
+      pad_rig(rig, s.capacity);
+      s.last_query_index = rig.padded_query_index;
+      s.last_reference = rig.padded_reference;
+      s.last_inv_count = rig.inv_count;
       backend.write(s.in.can_bus, step.can_bus);
       backend.write(s.in.tsa_reference, step.tsa_reference);
       if (use_prev) backend.write(s.in.rotation_index, step.rotation_index);
       if (!spare_bev.defined()) spare_bev = backend.empty({hw, c}, DType::kF32);
-      // On the stack: a frame's execution allocates nothing.
-      const std::array<StageBinding, 2> bound = {StageBinding{s.out.bev_embed, spare_bev},
-                                                 StageBinding{s.in.prev_bev, history.prev_bev}};
-      const std::span<const StageBinding> bindings(bound.data(), use_prev ? 2 : 1);
+      BevBindings bound;
+      const std::span<const StageBinding> bindings = bev_bindings(bound, s, spare_bev, history.prev_bev);
       backend.execute(s.stage, bindings);
       check_finite(backend, s.out.nonfinite, "bev", kBevWhat, nonfinite_frames);
       s.last_bev = spare_bev;
@@ -865,8 +927,10 @@ struct StageRunner::Impl {
   // A bev stage outside a frame: it reads the last frame's new BEV as the previous one and
   // writes its own output buffer, so no stream changes.
   void execute_outside_frame(BevStage& s) {
-    const StageBinding prev{s.in.prev_bev, s.last_bev};  // on the stack: replays allocate nothing
-    backend.execute(s.stage, std::span<const StageBinding>(&prev, s.use_prev ? 1 : 0));
+    // The last frame's rig and previous BEV; the new BEV into the stage's own output buffer.
+    BevBindings bound;
+    std::span<const StageBinding> bindings = bev_bindings(bound, s, s.out.bev_embed, s.last_bev);
+    backend.execute(s.stage, bindings.subspan(1));
   }
 
   std::string describe() const {
@@ -874,9 +938,7 @@ struct StageRunner::Impl {
     for (const auto& p : image_stages) {
       if (p) out += p->stage.describe();
     }
-    for (const auto& r : rigs) {
-      for (const auto& p : r->bev_stages) out += p->stage.describe();
-    }
+    for (const auto& p : bev_stages) out += p->stage.describe();
     for (const auto& p : batch_stages) out += p->image.describe() + p->bev.describe();
     return out;
   }
@@ -924,9 +986,7 @@ void StageRunner::replay_recorded_stages() {
   for (const auto& p : impl_->image_stages) {
     if (p) impl_->backend.execute(p->stage);
   }
-  for (const auto& r : impl_->rigs) {
-    for (const auto& p : r->bev_stages) impl_->execute_outside_frame(*p);
-  }
+  for (const auto& p : impl_->bev_stages) impl_->execute_outside_frame(*p);
   // Batches: their previous BEVs unbound (each slot's own memory; the outputs go nowhere).
   for (const auto& p : impl_->batch_stages) {
     impl_->backend.execute(p->image);
@@ -944,11 +1004,10 @@ bool StageRunner::replay_image_stage() {
 
 bool StageRunner::replay_bev_stage(bool with_history) {
   const Impl::Quiet quiet(*impl_);
-  if (impl_->rigs.empty()) return false;
-  // The last frame's rig; lane 0's stage, the one a plain runner has (a pipelined runner's lane
-  // 2 may hold another frame's inputs).
+  // Lane 0's stage, the one a plain runner has (a pipelined runner's lane 2 may hold another
+  // frame's inputs), with the last frame's rig.
   for (int lane = 0; lane < impl_->lanes.size(); ++lane) {
-    for (const auto& p : impl_->rigs.front()->bev_stages) {
+    for (const auto& p : impl_->bev_stages) {
       if (p->lane == lane && p->use_prev == with_history && !p->tapped) {
         impl_->execute_outside_frame(*p);
         return true;
@@ -964,10 +1023,9 @@ const RecordedStage* StageRunner::image_stage() const {
 }
 
 const RecordedStage* StageRunner::bev_stage(bool with_history) const {
-  if (impl_->rigs.empty()) return nullptr;
-  // The stage replay_bev_stage runs: the last frame's rig, the first lane that has one, untapped.
+  // The stage replay_bev_stage runs: the first lane that has one, untapped.
   for (int lane = 0; lane < impl_->lanes.size(); ++lane) {
-    for (const auto& p : impl_->rigs.front()->bev_stages) {
+    for (const auto& p : impl_->bev_stages) {
       if (p->lane == lane && p->use_prev == with_history && !p->tapped) return &p->stage;
     }
   }
@@ -983,9 +1041,7 @@ std::vector<StageRunner::StageInfo> StageRunner::stage_info() const {
   for (const auto& p : impl_->image_stages) {
     if (p) add(p->stage);
   }
-  for (const auto& r : impl_->rigs) {
-    for (const auto& p : r->bev_stages) add(p->stage);
-  }
+  for (const auto& p : impl_->bev_stages) add(p->stage);
   for (const auto& p : impl_->batch_stages) {
     add(p->image);
     add(p->bev);

@@ -10,8 +10,9 @@
 // Lanes: a frame between its two stages holds an image lane (the image stage whose outputs
 // carry it); a plain runner has one lane, a pipelined one two, so that the image stage of one
 // frame runs while the bev stage of another does. Each stage runs one frame at a time.
-// Rigs: the bev stages read a rig's SCA query lists, so they are recorded per rig; the last four
-// rigs stay recorded (least recently used dropped), so vehicles with different rigs replay.
+// Rigs: the bev stages read a rig's SCA query lists as bound inputs with a capacity, so one
+// recording serves every rig whose lists fit (a longer one re-records it once, with room to
+// spare); the last sixteen rigs' geometry stays cached.
 #pragma once
 
 #include <array>
@@ -173,8 +174,8 @@ class StageRunner {
   std::vector<StageInfo> stage_info() const;
   // The SCA slot capacity per camera of the batched bev stage of `batch` samples (0: none recorded).
   int64_t batch_capacity(int64_t batch) const;
-  // How many rigs (lidar2img and padded size) needed their geometry computed: the last four
-  // stay cached with their bev stages, so vehicles with different rigs do not re-record.
+  // How many rigs (lidar2img and padded size) needed their geometry computed: the last sixteen
+  // stay cached (a rig that comes back after that is computed again; stages are not re-recorded).
   size_t rigs_seen() const;
   // Frames refused because a stage produced NaN or infinite values (their history unchanged).
   uint64_t nonfinite_frames() const;
