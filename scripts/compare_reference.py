@@ -79,10 +79,11 @@ def main():
                    ("img.stem", "img.layer1", "img.layer2", "img.layer3", "img.layer4"))
     out = {
         "config": ours["config"], "threads": args.threads, "frames": args.frames, "seed": args.seed,
+        # Each side's precision as it reports it, not as asked.
         "bevformer": {"median_ms": ours["median_ms"], "p90_ms": ours["p90_ms"], "backbone_ms": backbone,
-                      "precision": args.precision, "device": ours["device"]},
+                      "precision": ours["precision"], "device": ours["device"]},
         "pytorch": {"median_ms": ref["median_ms"], "p90_ms": ref["p90_ms"], "backbone_ms": ref["backbone_median_ms"],
-                    "torch_version": ref["torch_version"], "malloc": ref["malloc"], "precision": torch_precision},
+                    "torch_version": ref["torch_version"], "malloc": ref["malloc"], "precision": ref["precision"]},
         "ratio_frame": ref["median_ms"] / ours["median_ms"],
         "ratio_backbone": ref["backbone_median_ms"] / backbone if backbone > 0 else None,
     }
@@ -92,7 +93,7 @@ def main():
     b, t = out["bevformer"], out["pytorch"]
     print(f"{out['config']}, {args.threads} thread(s), {args.frames} timed frames after {args.warmup}, seed {args.seed}")
     print(f"{'':12} {'median ms':>10} {'p90 ms':>10} {'backbone ms':>12}")
-    print(f"{'bevformer':12} {b['median_ms']:10.1f} {b['p90_ms']:10.1f} {b['backbone_ms']:12.1f}   ({args.precision})")
+    print(f"{'bevformer':12} {b['median_ms']:10.1f} {b['p90_ms']:10.1f} {b['backbone_ms']:12.1f}   ({b['precision']})")
     print(f"{'pytorch':12} {t['median_ms']:10.1f} {t['p90_ms']:10.1f} {t['backbone_ms']:12.1f}   "
           f"(torch {t['torch_version']}, {'bf16 autocast, channels-last' if t['precision'] == 'bf16' else 'f32'})")
     print(f"bevformer.cpp is {out['ratio_frame']:.2f}x faster per frame"

@@ -22,11 +22,11 @@ def main():
         assert p.returncode == 0, (precision, p.returncode)
         out = json.loads(p.stdout)  # nothing else on stdout
         ours, ref = out["bevformer"], out["pytorch"]
+        # Each side's precision as the side itself reported it (bench's and time_reference's JSON).
         assert ours["precision"] == precision and ref["precision"] == precision, out
         for side in (ours, ref):
             assert 0 < side["median_ms"] <= side["p90_ms"], out
             assert side["backbone_ms"] > 0, out
-        assert abs(out["ratio_frame"] - ref["median_ms"] / ours["median_ms"]) < 1e-9, out
         print(f"{precision}: bevformer {ours['median_ms']:.1f} ms, pytorch {ref['median_ms']:.1f} ms")
     return 0
 

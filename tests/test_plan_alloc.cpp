@@ -272,5 +272,36 @@ TEST_F(PlanAllocations, ReplayedStagesAllocateNothingOutsideOneDnn) {
   }
 }
 
+// A with-history bev stage executes with five bindings (its new BEV, three SCA lists, the
+// previous BEV): binding them allocates nothing either. Before, the bindings' bookkeeping held
+// four inline and every with-history frame allocated (replay_recorded_stages binds only four).
+TEST_F(PlanAllocations, FiveBindingsAllocateNothing) {
+  auto cpu = make_cpu_backend(1, Precision::kF32);
+  constexpr int kInputs = 5;
+  constexpr int64_t kN = 37;
+  std::vector<Tensor> slots, targets;
+  float want[kN] = {};
+  for (int i = 0; i < kInputs; ++i) {
+    slots.push_back(cpu->empty({kN}, DType::kF32));
+    Tensor host = Tensor::empty({kN}, DType::kF32);
+    for (int64_t j = 0; j < kN; ++j) {
+      host.data<float>()[j] = 0.25f * static_cast<float>(i + 1) + 0.01f * static_cast<float>(j);
+      want[j] += host.data<float>()[j];
+    }
+    targets.push_back(cpu->upload(host));
+  }
+  Ops rec(*cpu, Ops::Mode::kPlan);
+  Tensor sum = rec.add(slots[0], slots[1], "sum1");
+  for (int i = 2; i < kInputs; ++i) sum = rec.add(sum, slots[static_cast<size_t>(i)], "sum" + std::to_string(i));
+  const RecordedStage stage("five bindings", rec.take_nodes(), {sum}, *cpu, slots);
+  std::array<StageBinding, kInputs> bound;
+  for (size_t i = 0; i < bound.size(); ++i) bound[i] = StageBinding{slots[i], targets[i]};
+  cpu->execute(stage, bound);  // first execution: primitives created
+  const Counts n = allocations_during([&] { cpu->execute(stage, bound); });
+  EXPECT_EQ(n.in_engine(), 0) << "heap allocations made by the engine while executing with five bindings:" << n.breakdown();
+  const Tensor got = cpu->read(stage.resolve(sum));
+  for (int64_t j = 0; j < kN; ++j) EXPECT_FLOAT_EQ(got.data<float>()[j], want[j]) << j;
+}
+
 }  // namespace
 }  // namespace bev

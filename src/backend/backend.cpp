@@ -42,7 +42,7 @@ class Bound {
   Bound& operator=(const Bound&) = delete;
 
  private:
-  SmallVector<Storage*, 4> bound_;
+  SmallVector<Storage*, 8> bound_;  // a with-history bev stage binds five
 };
 
 }  // namespace

@@ -194,9 +194,14 @@ struct StageRunner::Impl {
   struct RigEntry {
     size_t id = 0;  // 1 for the first rig this runner saw, 2 for the next new one...
     RigGeometry geometry;
-    Tensor inv_count;             // geometry.queries', uploaded
-    int64_t padded_capacity = 0;  // of the two below (0: none yet)
-    Tensor padded_query_index, padded_reference;
+    Tensor inv_count;  // geometry.queries', uploaded
+    struct Padded {
+      int64_t capacity = 0;
+      Tensor query_index, reference;
+    };
+    // Its lists at each capacity a stage asked for (a tapped stage, a second lane or the other
+    // history variant may hold another): uploaded once per rig and capacity, the last few kept.
+    std::vector<Padded> padded;
   };
   static constexpr size_t kMaxRigs = 16;
   std::vector<std::unique_ptr<RigEntry>> rigs;  // most recently used first; under bev_mu
@@ -224,10 +229,10 @@ struct StageRunner::Impl {
   // An eager frame's SCA lists: its rig's as computed (what a replayed stage recorded first for
   // this rig holds, so that both run the same ops and the profiler carries labels across).
   void add_rig(std::vector<ScaInputs>& sca, RigEntry& rig) {
-    pad_rig(rig, rig.geometry.queries.max_len);
+    const RigEntry::Padded& lists = pad_rig(rig, rig.geometry.queries.max_len);
     for (ScaInputs& s : sca) {
-      s.query_index = rig.padded_query_index;
-      s.reference = rig.padded_reference;
+      s.query_index = lists.query_index;
+      s.reference = lists.reference;
       s.inv_count = rig.inv_count;
     }
   }
@@ -266,11 +271,14 @@ struct StageRunner::Impl {
   // The bev stages of single frames (one per history variant, tap setting and lane), most
   // recently recorded last; under bev_mu.
   std::vector<std::unique_ptr<BevStage>> bev_stages;
+  uint64_t bev_recordings = 0;  // under bev_mu
 
   // The SCA lists of `rig` padded to `capacity` slots per camera (the rest -1 and zeros: the
   // padding gathers zeros and scatters nowhere), uploaded once per rig and capacity.
-  void pad_rig(RigEntry& rig, int64_t capacity) {
-    if (rig.padded_capacity == capacity) return;
+  const RigEntry::Padded& pad_rig(RigEntry& rig, int64_t capacity) {
+    for (const RigEntry::Padded& p : rig.padded) {
+      if (p.capacity == capacity) return p;
+    }
     const ScaQueryLists& q = rig.geometry.queries;
     const int64_t cams = cfg.transformer.num_cams, anchors = q.reference.size(2), ref_floats = anchors * 2;
     Tensor qi = Tensor::empty({cams * capacity}, DType::kI64);
@@ -282,9 +290,10 @@ struct StageRunner::Impl {
       std::copy_n(q.reference.data<float>() + n * q.max_len * ref_floats, q.max_len * ref_floats,
                   ref.data<float>() + n * capacity * ref_floats);
     }
-    rig.padded_query_index = backend.upload(qi);
-    rig.padded_reference = backend.upload(ref);
-    rig.padded_capacity = capacity;
+    constexpr size_t kMaxCapacities = 4;
+    if (rig.padded.size() == kMaxCapacities) rig.padded.erase(rig.padded.begin());
+    rig.padded.push_back({capacity, backend.upload(qi), backend.upload(ref)});
+    return rig.padded.back();
   }
 
   // The bev stage for a frame of this lane and variant whose rig's longest SCA list is `longest`
@@ -309,6 +318,7 @@ struct StageRunner::Impl {
       break;
     }
     const int64_t hw = bev_cells(), cams = cfg.transformer.num_cams;
+    ++bev_recordings;
     auto p = std::make_unique<BevStage>();
     p->use_prev = use_prev;
     p->tapped = tapped;
@@ -426,9 +436,9 @@ struct StageRunner::Impl {
     if (replay) {
       const ScaQueryLists& lists = rig.geometry.queries;
       BevStage& s = bev_recorded(st->lane, use_prev, reads.taps != nullptr, lists.max_len, lists.reference.size(2));
-      pad_rig(rig, s.capacity);
-      s.last_query_index = rig.padded_query_index;
-      s.last_reference = rig.padded_reference;
+      const RigEntry::Padded& padded = pad_rig(rig, s.capacity);
+      s.last_query_index = padded.query_index;
+      s.last_reference = padded.reference;
       s.last_inv_count = rig.inv_count;
       backend.write(s.in.can_bus, step.can_bus);
       backend.write(s.in.tsa_reference, step.tsa_reference);
@@ -562,8 +572,8 @@ struct StageRunner::Impl {
     return best;
   }
 
-  // The host geometry of the rigs batches saw. Batched stages do not depend on the rig, so many
-  // more rigs stay cached here than bev stages per rig above.
+  // The host geometry of the rigs batches saw (batches keep their own: the single-frame cache
+  // above holds uploaded lists too).
   static constexpr size_t kMaxBatchRigs = 64;
   std::mutex batch_rig_mu;
   std::vector<std::shared_ptr<const RigGeometry>> batch_rigs;  // most recently used first
@@ -927,6 +937,8 @@ struct StageRunner::Impl {
   // A bev stage outside a frame: it reads the last frame's new BEV as the previous one and
   // writes its own output buffer, so no stream changes.
   void execute_outside_frame(BevStage& s) {
+    // A stage whose first frame failed before it executed has no rig or previous BEV to read.
+    if (!s.last_query_index.defined() || (s.use_prev && !s.last_bev.defined())) return;
     // The last frame's rig and previous BEV; the new BEV into the stage's own output buffer.
     BevBindings bound;
     std::span<const StageBinding> bindings = bev_bindings(bound, s, s.out.bev_embed, s.last_bev);
@@ -1070,6 +1082,11 @@ int64_t StageRunner::batch_capacity(int64_t batch) const {
 
 std::vector<SampleOutput> StageRunner::forward_batch(std::span<const BatchSample> samples, const FrameReads& reads) {
   return impl_->forward_batch(samples, reads);
+}
+
+uint64_t StageRunner::bev_recordings() const {
+  const Impl::Quiet quiet(*impl_);
+  return impl_->bev_recordings;
 }
 
 size_t StageRunner::rigs_seen() const {

@@ -177,6 +177,9 @@ class StageRunner {
   // How many rigs (lidar2img and padded size) needed their geometry computed: the last sixteen
   // stay cached (a rig that comes back after that is computed again; stages are not re-recorded).
   size_t rigs_seen() const;
+  // How many single-frame bev stages were recorded (per history variant, tap setting and lane,
+  // and again when a rig's lists outgrow a stage's capacity).
+  uint64_t bev_recordings() const;
   // Frames refused because a stage produced NaN or infinite values (their history unchanged).
   uint64_t nonfinite_frames() const;
 
