@@ -49,14 +49,17 @@ struct HttpServer::Impl {
   Service& service;
   const HttpOptions options;
   HttpLimits limits;
+  // Before ioc, so destroyed after it: a handler still queued when run() has returned (shutdown()
+  // posts each session's on_shutdown, and run() may finish its last work before the post) holds
+  // its session, and ~io_context destroys it, whose destructor takes mu and leaves `sessions`.
+  std::mutex mu;  // guards sessions
+  std::list<std::weak_ptr<Session>> sessions;
   asio::io_context ioc;
   asio::strand<asio::io_context::executor_type> accept_strand{asio::make_strand(ioc)};
   tcp::acceptor acceptor{accept_strand};
   asio::steady_timer accept_retry{accept_strand};
   asio::thread_pool handlers;
   std::atomic<bool> closing{false};
-  std::mutex mu;  // guards sessions
-  std::list<std::weak_ptr<Session>> sessions;
 };
 
 namespace {
