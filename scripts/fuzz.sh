@@ -99,6 +99,8 @@ fail=0
 for target in "${targets[@]}"; do
   mkdir -p "$work/$target"
   cp "$work/seeds/$target"/* "$work/$target/"
+  # Inputs that once crashed a target are replayed first, every run.
+  if [ -d "fuzz/regressions/$target" ]; then cp "fuzz/regressions/$target"/* "$work/$target/"; fi
   if "$dir/bin/$target" "$work/$target" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
       -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$artifacts/$target-" >"$work/$target.log" 2>&1; then
     echo "fuzz: $target ok: $(grep -E '^stat::number_of_executed_units' "$work/$target.log" | awk '{print $2}') runs in ${seconds} s"

@@ -335,6 +335,20 @@ TEST(PythonJson, ReadsNanTokensOutsideStrings) {
   EXPECT_THROW(parse_python_json("{", "t"), Error);
 }
 
+// Found by fuzz_eval_results: nlohmann reports a number too large for a double as out_of_range, not
+// parse_error, and it escaped as a foreign exception.
+TEST(PythonJson, ANumberTooLargeForADoubleIsAnInputError) {
+  try {
+    parse_python_json(R"({"v": [1, 9e9998]})", "gt.json");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("gt.json"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("9e9998"), std::string::npos) << msg;
+  }
+}
+
 TEST(DetectionConfig, BuiltInAndFromJson) {
   const DetectionConfig a = detection_cvpr_2019();
   EXPECT_EQ(a.dist_th_keys, (std::vector<std::string>{"0.5", "1.0", "2.0", "4.0"}));

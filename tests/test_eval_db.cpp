@@ -289,6 +289,18 @@ TEST_F(Database, ABrokenReferenceNamesTableAndRecord) {
   }
 }
 
+TEST_F(Database, ANumberTooLargeForADoubleNamesTheTable) {
+  write();
+  write_text_file(dir_ + "/ego_pose.json", R"([{"token": "e", "translation": [1e999, 0, 0]}])");
+  try {
+    load();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
+    EXPECT_NE(std::string(e.what()).find("ego_pose.json"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(Database, AMissingTableIsNotFound) {
   std::filesystem::remove(dir_ + "/ego_pose.json");
   try {

@@ -107,6 +107,10 @@ void stream_table(const std::string& dir, const char* table, Visit&& visit) {
     std::string msg = e.what();
     if (const auto p = msg.find("syntax error"); p != std::string::npos) msg = msg.substr(p);
     throw Error(ErrorKind::kInvalidInput, "not valid JSON: " + msg).where(path);
+  } catch (const ojson::exception& e) {  // a number too large for a double (1e999)
+    std::string msg = e.what();
+    if (const auto p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
+    throw Error(ErrorKind::kInvalidInput, "not valid JSON: " + msg).where(path).expected("finite numbers");
   }
 }
 

@@ -185,6 +185,10 @@ ojson parse_python_json(std::string_view text, const std::string& where) {
     std::string msg = e.what();
     if (const auto p = msg.find("syntax error"); p != std::string::npos) msg = msg.substr(p);
     throw Error(ErrorKind::kInvalidInput, "not valid JSON: " + msg).where(where);
+  } catch (const ojson::exception& e) {  // a number too large for a double (1e999): Python would read inf
+    std::string msg = e.what();
+    if (const auto p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
+    throw Error(ErrorKind::kInvalidInput, "not valid JSON: " + msg).where(where).expected("finite numbers");
   }
 }
 
