@@ -163,9 +163,9 @@ inline Model& reference_model() {
 
 class RunningServer {
  public:
-  explicit RunningServer(ServiceOptions so = {}, HttpOptions ho = {}) {
+  explicit RunningServer(ServiceOptions so = {}, HttpOptions ho = {}, Model* model = nullptr) {
     ho.port = 0;
-    service_ = std::make_unique<Service>(served_model(), std::move(so));
+    service_ = std::make_unique<Service>(model ? *model : served_model(), std::move(so));
     http_ = std::make_unique<HttpServer>(*service_, ho);
     port_ = http_->bind();
     thread_ = std::thread([this] { http_->run(); });

@@ -73,15 +73,16 @@ TEST(ForeignBackend, HostAccessOutsideTheBackendFails) {
   EXPECT_TRUE(identical(foreign->read(ops.relu(t)), host));
 }
 
-// Every frame of the micro golden set, replayed and eager, with every tap: the foreign backend's
-// bits are the CPU backend's.
+// Every frame of the micro golden set, replayed and eager, f32 and bf16, with every tap: the
+// foreign backend's bits are the CPU backend's.
 TEST(ForeignBackend, GoldenMicroGivesTheCpuBits) {
   const GoldenSetFiles set = find_golden_set(kMicro);
   const ModelConfig cfg = load_config(set.config_path);
   const Checkpoint ck = load_checkpoint(set.checkpoint_path);
+  for (const Precision precision : {Precision::kF32, Precision::kBF16})
   for (const bool replay : {true, false}) {
     EngineOptions cpu_options, foreign_options;
-    cpu_options.backend_options = foreign_options.backend_options = {2, Precision::kF32, 0};
+    cpu_options.backend_options = foreign_options.backend_options = {2, precision, 0};
     cpu_options.replay = foreign_options.replay = replay;
     foreign_options.backend = "foreign";
     const auto cpu = Engine::create(cfg, ck, cpu_options);
@@ -96,7 +97,8 @@ TEST(ForeignBackend, GoldenMicroGivesTheCpuBits) {
       Taps ta, tb;
       const FrameOutput a = cpu->runner().forward(f, {&ta, true});
       const FrameOutput b = foreign->runner().forward(f, {&tb, true});
-      const std::string what = std::string(replay ? "replay" : "eager") + ", frame " + std::to_string(k);
+      const std::string what = std::string(precision == Precision::kBF16 ? "bf16 " : "f32 ") +
+                               (replay ? "replay" : "eager") + ", frame " + std::to_string(k);
       expect_same_output(a, b, what);
       ASSERT_EQ(ta.all().size(), tb.all().size()) << what;
       EXPECT_GE(ta.all().size(), 25u) << what;  // every stage of the golden set

@@ -98,6 +98,28 @@ TEST(ResultsWriter, ResumesAfterACrashDroppingTheTruncatedLastSample) {
   EXPECT_EQ(read_results(path, 500).samples.size(), 0u);
 }
 
+TEST(ResultsWriter, TheEnginesOwnSampleTextIsWrittenAsItIsAndResumes) {
+  const std::string path = testing::scratch_dir() + "/results_nusc.json";
+  ojson a = boxes(2);
+  for (ojson& b : a) b["sample_token"] = "a";
+  {
+    ResultsWriter w(path, kMeta, false);
+    w.add_sample_text("a", a.dump());
+    w.add_sample_text("b", "[]");
+    EXPECT_THROW(w.add_sample_text("a", "[]"), Error);
+    EXPECT_THROW(w.add_sample_text("c", "[\n]"), Error);  // two lines: resume could not read it back
+    EXPECT_THROW(w.add_sample_text("c", "{}"), Error);
+  }
+  {
+    ResultsWriter w(path, kMeta, true);
+    EXPECT_EQ(w.samples(), (std::vector<std::string>{"a", "b"}));
+  }
+  const Results r = read_results(path, 500);
+  ASSERT_EQ(r.samples.size(), 2u);
+  EXPECT_EQ(r.samples[0].boxes.size(), 2u);
+  EXPECT_TRUE(r.samples[0].own_tokens.empty());
+}
+
 TEST(ResultsWriter, ResumeRefusesAFileItDidNotWrite) {
   const std::string path = testing::scratch_dir() + "/other.json";
   write_text_file(path, "{\"results\": {\"a\": []}, \"meta\": {}}");

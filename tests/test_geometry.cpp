@@ -154,7 +154,7 @@ TEST(GeometryGolden, PointSamplingMatchesUpstream) {
   EXPECT_EQ(visible, 1944);  // README: visible (camera, cell, anchor) triples
 }
 
-TEST(GeometryGolden, ScaPlanMatchesUpstreamCoverage) {
+TEST(GeometryGolden, ScaQueryListsMatchUpstreamCoverage) {
   const PointSampling ps = micro_point_sampling();
   const ScaQueryLists plan = sca_query_lists(ps);
   const Tensor counts = golden(0, "dbg.bev_mask_count").to(DType::kI64);
@@ -448,7 +448,7 @@ TEST(Geometry, PointSamplingRectangularGridAndBehindCamera) {
   }
 }
 
-TEST(Geometry, ScaPlanWithNothingVisibleHasOnePaddingSlot) {
+TEST(Geometry, ScaQueryListsWithNothingVisibleHaveOnePaddingSlot) {
   ModelConfig cfg = micro_config();
   cfg.head.bev_h = 3;
   cfg.head.bev_w = 5;

@@ -346,6 +346,36 @@ TEST(Server, EightConcurrentStreamsKeepTheirOwnHistory) {
   }
 }
 
+// The pipelined server on the foreign-memory backend (whose memory the host must not touch)
+// answers every stream as the CPU library does alone: the server's path reaches memory only
+// through the backend too.
+TEST(Server, OnTheForeignBackendEqualsTheCpuLibrary) {
+  Knobs knobs;
+  knobs.threads = 2;
+  knobs.pipeline = true;
+  knobs.backend = "foreign";
+  const std::unique_ptr<Model> foreign = Model::load(kMicroDir + "/config.json", kMicroDir + "/checkpoint.pth", knobs);
+  ASSERT_EQ(foreign->device_info().backend, "foreign");
+  ServiceOptions so;
+  so.workers = 2;
+  RunningServer server(so, {}, foreign.get());
+  constexpr int kStreams = 3, kFrames = 4;
+  std::vector<std::vector<json>> frames(kStreams);
+  for (int s = 0; s < kStreams; ++s) {
+    for (int k = 0; k < kFrames; ++k) {
+      frames[s].push_back(micro_frame((k + s) % 3, "foreign-" + std::to_string(s), 2000.0 + 41.0 * s + 0.5 * k));
+    }
+  }
+  const auto [got, failures] = post_streams_concurrently(server, frames);
+  for (int s = 0; s < kStreams; ++s) {
+    ASSERT_EQ(failures[s], "") << "stream " << s;
+    const std::vector<json> want = library_run(frames[s]);
+    ASSERT_EQ(got[s].size(), want.size());
+    for (int k = 0; k < kFrames; ++k) EXPECT_EQ(got[s][k], want[k]) << "stream " << s << " frame " << k;
+    EXPECT_GT(want[kFrames - 1]["num_detections"].get<int>(), 0);
+  }
+}
+
 // With --max-batch the server runs frames of different streams as batches: every answer is
 // still the library's for that stream alone, and the metrics say batches ran.
 TEST(Server, BatchedFramesEqualTheLibrary) {

@@ -216,7 +216,7 @@ int run(const DetectArgs& a) {
             .expected("\"token\" and \"T_world_from_ego\" in the frame for --nusc (convert-info writes both)");
       }
       if (!results->has_sample(d.sample_token)) {
-        results->add_sample(d.sample_token, eval::ojson::parse(d.nuscenes_json));
+        results->add_sample_text(d.sample_token, d.nuscenes_json);
         ++written;
       }
     }

@@ -126,6 +126,20 @@ void ResultsWriter::add_sample(const std::string& token, const ojson& boxes) {
   order_.push_back(token);
 }
 
+void ResultsWriter::add_sample_text(const std::string& token, std::string_view boxes_json) {
+  // One line per sample is what resume reads back.
+  if (boxes_json.empty() || boxes_json.front() != '[' || boxes_json.back() != ']' ||
+      boxes_json.find('\n') != std::string_view::npos) {
+    throw Error(ErrorKind::kInvalidInput, "boxes of sample '" + token + "' are not a one-line JSON list");
+  }
+  if (written_.count(token)) {
+    throw Error(ErrorKind::kInvalidInput, "sample '" + token + "' was already written").where(path_);
+  }
+  write("\n" + std::string(order_.empty() ? "" : ",") + ojson(token).dump() + ": " + std::string(boxes_json));
+  written_.insert(token);
+  order_.push_back(token);
+}
+
 void ResultsWriter::add_sample(const std::string& token, const std::vector<NuscBox>& boxes) {
   ojson list = ojson::array();
   for (const NuscBox& b : boxes) list.push_back(ojson::parse(to_json(b).dump()));

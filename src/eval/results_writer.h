@@ -12,6 +12,7 @@
 
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 #include <vector>
 
@@ -37,6 +38,9 @@ class ResultsWriter {
   // in each), or the engine's NuscBox list. A token already written is Error(kInvalidInput).
   void add_sample(const std::string& token, const ojson& boxes);
   void add_sample(const std::string& token, const std::vector<NuscBox>& boxes);
+  // The engine's own text of one sample (Detections::nuscenes_json: one line, each box carrying
+  // its sample_token), written as it is: a frame's boxes are not parsed back into JSON values.
+  void add_sample_text(const std::string& token, std::string_view boxes_json);
   void finish();
 
  private:
