@@ -3,8 +3,9 @@
 #   1. the release build's tests (unit, golden, CLI; CUDA tests skip without a device),
 #   2. the same tests built with AddressSanitizer + UndefinedBehaviorSanitizer (CPU-only build),
 #   3. each libFuzzer target for FUZZ_SECONDS (default 30) on a seed corpus.
-# Environment: FUZZ_SECONDS, SKIP_ASAN=1, SKIP_FUZZ=1, DOC_COMMANDS=1 (also the tests labelled `docs`:
-# every command the README, docs/API.md and docs/PROFILING.md print, run as printed; minutes).
+# Environment: FUZZ_SECONDS, SKIP_ASAN=1, SKIP_FUZZ=1, SKIP_DOC_COMMANDS=1 (leaves out the tests
+# labelled `docs`: every command the README, docs/API.md and docs/PROFILING.md print, run as
+# printed; under a minute).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -15,8 +16,8 @@ start=$(date +%s)
 step "build (release)"
 bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DBEV_TESTS=ON -DBEV_BENCH=ON  # scripts/run.sh builds without them
 step "tests (release)"
-docs=(-LE docs)
-[ "${DOC_COMMANDS:-0}" = 1 ] && docs=()
+docs=()
+[ "${SKIP_DOC_COMMANDS:-0}" = 1 ] && docs=(-LE docs)
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600 "${docs[@]}"
 python3 scripts/skipped_tests.py build  # ctest says only "Skipped"; each test's reason
 

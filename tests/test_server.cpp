@@ -409,6 +409,43 @@ TEST(Server, BatchedFramesEqualTheLibrary) {
   EXPECT_EQ(parse(model->body)["server"]["max_batch"], 4);
 }
 
+double metric(httplib::Client& cli, const std::string& name) {
+  const auto m = cli.Get("/metrics");
+  if (!m) return -1;
+  const size_t at = m->body.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stod(m->body.substr(at + name.size() + 2));
+}
+
+// Issue 25's probe #3 over a socket: a value that overflows float32 is refused naming the field,
+// a frame whose bev stage overflows is refused naming the stage and counted, and neither is
+// answered as success nor changes the stream's history.
+TEST(Server, NonFiniteNumbersAreRefusedAndCountedAndKeepTheHistory) {
+  RunningServer server;
+  auto cli = server.client();
+  const double t0 = 1533151603.54759;
+  std::vector<json> frames;
+  for (int k = 0; k < 3; ++k) frames.push_back(micro_frame(k, "overflow", t0 + 0.5 * k));
+  const std::vector<json> want = library_run(frames);
+  const auto first = cli->Post(frames_path("overflow"), json_body(frames[0]), "application/json");
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->status, 200) << first->body;
+  const double nonfinite_before = metric(*cli, "bevformer_frames_nonfinite_total");
+  ASSERT_GE(nonfinite_before, 0);
+  json f = frames[1];
+  f["can_bus"][13] = 1e308;
+  expect_error(cli->Post(frames_path("overflow"), json_body(f), "application/json"), 422, "invalid_input", "can_bus[13]");
+  f["can_bus"][13] = 3e38;  // within float32, but the CAN-bus MLP overflows in the bev stage
+  expect_error(cli->Post(frames_path("overflow"), json_body(f), "application/json"), 422, "invalid_input",
+               "bev stage produced");
+  EXPECT_EQ(metric(*cli, "bevformer_frames_nonfinite_total"), nonfinite_before + 1);
+  for (int k = 1; k < 3; ++k) {
+    const auto r = cli->Post(frames_path("overflow"), json_body(frames[k]), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(parse(r->body), want[k]) << "frame " << k;
+  }
+}
+
 TEST(Server, MalformedRequestsGet4xxAndOtherStreamsCarryOn) {
   ServiceOptions so;
   so.max_body_bytes = 2u << 20;
