@@ -16,9 +16,18 @@ start=$(date +%s)
 step "build (release)"
 bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DBEV_TESTS=ON -DBEV_BENCH=ON  # scripts/run.sh builds without them
 step "tests (release)"
+# The official Triton client, for ctest tritonclient: from PyPI, once; offline, that test skips.
+if [ ! -x build/venv-triton/bin/python ] || ! build/venv-triton/bin/python -c "import tritonclient.grpc" 2>/dev/null; then
+  rm -rf build/venv-triton
+  if python3 -m venv build/venv-triton && timeout 300 build/venv-triton/bin/pip install -q "tritonclient[http,grpc]" numpy; then
+    echo "tritonclient: installed into build/venv-triton"
+  else
+    echo "tritonclient: could not be installed from PyPI; ctest tritonclient will skip"
+  fi
+fi
 docs=()
 [ "${SKIP_DOC_COMMANDS:-0}" = 1 ] && docs=(-LE docs)
-ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600 "${docs[@]}"
+ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600 "${docs[@]}" | tee build/ctest-output.log
 python3 scripts/skipped_tests.py build  # ctest says only "Skipped"; each test's reason
 
 if [ "${SKIP_ASAN:-0}" != 1 ]; then
@@ -27,7 +36,7 @@ if [ "${SKIP_ASAN:-0}" != 1 ]; then
   step "tests (ASan+UBSan)"
   echo "python: the package is not built under ASan (an ASan extension needs libasan preloaded into python3); the release tests ran it"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -j"$(nproc)" --timeout 900 -LE slow
+    ctest --test-dir build-asan --output-on-failure -j"$(nproc)" --timeout 900 -LE slow | tee build-asan/ctest-output.log
   python3 scripts/skipped_tests.py build-asan
 fi
 

@@ -5,6 +5,7 @@
 // server to another that keeps every stream's history bit for bit).
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -16,6 +17,8 @@
 
 #include "bevformer/error.h"
 #include "bevformer/model.h"
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
 #include "oip_test_util.h"
 #include "runtime/stream_handoff.h"
 #include "server/api_error.h"
@@ -417,6 +420,46 @@ TEST(OipServer, BinaryAndJsonInferenceEqualTheLibrary) {
   EXPECT_GT(want_bin[2]["num_detections"].get<int>(), 0);
 }
 
+// With --max-batch, the protocol's frames of several sequences run as batches (as /v1's do), each
+// answered as the library answers its stream alone; a sequence that ends in a batch is freed.
+TEST(OipServer, BatchedSequencesEqualTheLibrary) {
+  constexpr int kSequences = 4, kFrames = 3;
+  ServiceOptions so;
+  so.workers = 1;
+  so.max_batch = 4;
+  so.batch_delay_seconds = 0.5;
+  RunningServer server(so);
+  std::vector<std::vector<json>> frames;
+  for (int q = 0; q < kSequences; ++q) frames.push_back(sequence_frames("oip-batched-" + std::to_string(q), kFrames, kT0 + 13.0 * q));
+  std::vector<std::vector<OipAnswer>> got(kSequences);
+  std::vector<std::thread> clients;
+  for (int q = 0; q < kSequences; ++q) {
+    clients.emplace_back([&, q] {
+      auto cli = server.client();
+      const std::string seq = "oip-batched-" + std::to_string(q);
+      for (int k = 0; k < kFrames; ++k) got[q].push_back(post_oip(*cli, oip_binary_call(frames[q][k], seq, k == 0, k == kFrames - 1)));
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  for (int q = 0; q < kSequences; ++q) {
+    const std::vector<json> want = library_run(frames[q]);
+    for (int k = 0; k < kFrames; ++k) {
+      ASSERT_EQ(got[q][k].status, 200) << got[q][k].error;
+      EXPECT_EQ(got[q][k].detections(), want[k]) << "sequence " << q << " frame " << k;
+      EXPECT_EQ(got[q][k].parameters()["frame_index"], k);
+    }
+  }
+  // The four clients' frames arrive within the half-second delay of the first: batches ran.
+  const auto metrics = server.client()->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  const size_t at = metrics->body.find("\nbevformer_batched_frames_total ");
+  ASSERT_NE(at, std::string::npos) << metrics->body;
+  EXPECT_GE(std::stod(metrics->body.substr(at + 32)), 2.0) << metrics->body.substr(at, 40);
+  for (const StreamStatus& st : server.service().model().streams()) {
+    EXPECT_EQ(st.id.rfind("oip-batched-", 0), std::string::npos) << st.id << " was not freed at its sequence's end";
+  }
+}
+
 TEST(OipServer, SequenceRulesAndClearErrors) {
   ServiceOptions so;
   so.oip.sequences.handoff_wait_seconds = 0;
@@ -640,6 +683,54 @@ TEST(OipHandoff, HandoffEndpointRefusals) {
   ASSERT_EQ(owner->status, 200);
   EXPECT_EQ(parse(owner->body)["instance"], a.service().fleet().instance());
   EXPECT_EQ(parse(owner->body)["fingerprint"], ma->fingerprint());
+}
+
+// Servers of one fleet must run one model: the fingerprint tells apart other weights (one value
+// changed), another precision and another backend, and /v1/handoff refuses a history from any of
+// them with 422 model_mismatch, installing nothing.
+TEST(OipHandoff, AnotherModelsHistoryIs422ModelMismatch) {
+  auto a = fleet_model();
+  const std::vector<json> f = sequence_frames("handoff-other-model", 1);
+  ASSERT_EQ(parse(a->detect(json_body(f[0]), "").json), library_run(f)[0]);
+  const std::optional<std::string> bytes = a->export_stream("handoff-other-model");
+  ASSERT_TRUE(bytes);
+
+  const Checkpoint ck = load_checkpoint(kMicroDir + "/checkpoint.pth");
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& [name, t] : ck.tensors()) tensors.emplace_back(name, t.contiguous().clone());
+  Tensor& changed = tensors.back().second;
+  ASSERT_EQ(changed.dtype(), DType::kF32);
+  changed.data<float>()[0] += 0.5f;
+  const std::string dir = std::filesystem::temp_directory_path().string() + "/oip-fp-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  write_safetensors(dir + "/other.safetensors", tensors);
+  // The same weights in the other format are the same model.
+  write_safetensors(dir + "/same.safetensors", [&] {
+    std::vector<std::pair<std::string, Tensor>> same;
+    for (const auto& [name, t] : ck.tensors()) same.emplace_back(name, t);
+    return same;
+  }());
+  Knobs same_knobs;
+  same_knobs.threads = 2;
+  EXPECT_EQ(Model::load(kMicroDir + "/config.json", dir + "/same.safetensors", same_knobs)->fingerprint(),
+            a->fingerprint());
+
+  std::vector<std::pair<std::string, std::unique_ptr<Model>>> others;
+  Knobs k;
+  k.threads = 2;
+  others.emplace_back("other weights", Model::load(kMicroDir + "/config.json", dir + "/other.safetensors", k));
+  k.precision = "bf16";
+  others.emplace_back("bf16", Model::load(kMicroDir + "/config.json", kMicroDir + "/checkpoint.pth", k));
+  k.precision = "f32";
+  k.backend = "foreign";
+  others.emplace_back("foreign backend", Model::load(kMicroDir + "/config.json", kMicroDir + "/checkpoint.pth", k));
+  for (auto& [what, m] : others) {
+    EXPECT_NE(m->fingerprint(), a->fingerprint()) << what;
+    ModelServer b(*m, {});
+    expect_error(b.client()->Post("/v1/handoff", *bytes, "application/octet-stream"), 422, "model_mismatch");
+    EXPECT_TRUE(m->streams().empty()) << what;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

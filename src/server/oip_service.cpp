@@ -154,6 +154,72 @@ HttpResponse Oip::rest_infer(HttpRequest& request) {
   return oip_rest_response(infer(req, request.lease));
 }
 
+// A sequence's frame on its stream's FIFO: the sequence checks before it runs, the sequence's
+// bookkeeping after; alone or in a batch of other sequences' frames (Service::BatchFrame).
+struct Oip::OipFrame final : Service::BatchFrame {
+  Oip* oip = nullptr;
+  std::shared_ptr<FrameRequest> request;
+  std::shared_ptr<MemoryLease> held;  // the request's bytes and its images' pixels, until answered
+  std::string id;
+  double timestamp = 0;
+  bool end = false;
+  SequenceTable::Claim claim;
+  std::shared_ptr<FrameOutcome> outcome = std::make_shared<FrameOutcome>();
+
+  const Frame& frame() const override { return request->frame; }
+  bool before() override {
+    if (claim.start) {
+      oip->model_.drop_stream(id);  // a new scene, even when the frame's "scene" did not change
+      return true;
+    }
+    bool found = false;
+    for (const StreamStatus& s : oip->model_.streams()) found = found || (s.id == id && s.frames == claim.frames);
+    if (found) return true;
+    oip->sequences_.forget(id);
+    refuse(ApiError(409, "sequence_unknown",
+                    "sequence " + id + "'s history was evicted from the engine (--max-streams, --stream-ttl, or "
+                    "a DELETE): the history is gone; restart the sequence (sequence_start true)"));
+    return false;
+  }
+  void done(Detections d) override {
+    try {
+      if (static_cast<uint64_t>(d.frame_index) != claim.frames) {
+        // The stream was evicted between the check and the frame: it ran without its history.
+        oip->model_.drop_stream(id);
+        oip->sequences_.forget(id);
+        refuse(ApiError(409, "sequence_unknown", "sequence " + id + "'s history was evicted while its frame waited; "
+                                                 "the history is gone: restart the sequence (sequence_start true)"));
+        return;
+      }
+      oip->sequences_.finish(id, claim.frames + 1, timestamp, end);
+      if (end) oip->model_.drop_stream(id);
+      Metrics& m = oip->service_.metrics();
+      m.observe("prepare", d.prepare_seconds);
+      m.observe("geometry", d.geometry_seconds);
+      m.observe("image", d.image_seconds);
+      m.observe("bev", d.bev_seconds);
+      m.observe("output", d.output_seconds);
+      outcome->detections = std::move(d);
+    } catch (const std::exception& e) {
+      oip->sequences_.release(id, claim.start);
+      outcome->error = ApiError(500, "internal", std::string("internal error: ") + e.what());
+    }
+    release_bytes();
+  }
+  void failed(ApiError e) override {
+    oip->sequences_.release(id, claim.start);  // the engine left the history as it was
+    refuse(std::move(e));
+  }
+  void refuse(ApiError e) {
+    outcome->error = std::move(e);
+    release_bytes();
+  }
+  void release_bytes() {
+    request.reset();
+    held.reset();
+  }
+};
+
 OipResponse Oip::infer(const OipRequest& req, MemoryLease& lease) {
   if (service_.shutting_down()) throw ApiError(503, "shutting_down", "the server is shutting down and takes no new frames");
   if (!req.sequence_id) {
@@ -215,54 +281,19 @@ OipResponse Oip::infer(const OipRequest& req, MemoryLease& lease) {
   }
   auto held = std::make_shared<MemoryLease>(std::move(lease));
 
-  const double timestamp = fr->frame.timestamp;
-  const bool end = req.sequence_end;
-  const SequenceTable::Claim claim = sequences_.claim(id, req.sequence_start, timestamp);
-  auto outcome = std::make_shared<FrameOutcome>();
+  auto job = std::make_shared<OipFrame>();
+  job->oip = this;
+  job->request = std::move(fr);
+  job->held = std::move(held);
+  job->id = id;
+  job->timestamp = job->request->frame.timestamp;
+  job->end = req.sequence_end;
+  job->claim = sequences_.claim(id, req.sequence_start, job->timestamp);
+  auto outcome = job->outcome;
+  const SequenceTable::Claim claim = job->claim;
   bool never_ran = false;
   try {
-    service_.run_on_stream(id, [this, outcome, fr, held, claim, id, timestamp, end]() mutable {
-      try {
-        if (claim.start) {
-          model_.drop_stream(id);  // a new scene, even when the frame's "scene" did not change
-        } else {
-          bool found = false;
-          for (const StreamStatus& s : model_.streams()) found = found || (s.id == id && s.frames == claim.frames);
-          if (!found) {
-            sequences_.forget(id);
-            outcome->error = ApiError(409, "sequence_unknown",
-                                      "sequence " + id + "'s history was evicted from the engine (--max-streams, --stream-ttl, or "
-                                      "a DELETE): the history is gone; restart the sequence (sequence_start true)");
-            return;
-          }
-        }
-        Detections d = model_.detect(fr->frame, "");
-        if (static_cast<uint64_t>(d.frame_index) != claim.frames) {
-          // The stream was evicted between the check and the frame: it ran without its history.
-          model_.drop_stream(id);
-          sequences_.forget(id);
-          outcome->error = ApiError(409, "sequence_unknown", "sequence " + id + "'s history was evicted while its frame waited; "
-                                                             "the history is gone: restart the sequence (sequence_start true)");
-          return;
-        }
-        sequences_.finish(id, claim.frames + 1, timestamp, end);
-        if (end) model_.drop_stream(id);
-        service_.metrics().observe("prepare", d.prepare_seconds);
-        service_.metrics().observe("geometry", d.geometry_seconds);
-        service_.metrics().observe("image", d.image_seconds);
-        service_.metrics().observe("bev", d.bev_seconds);
-        service_.metrics().observe("output", d.output_seconds);
-        outcome->detections = std::move(d);
-      } catch (const Error& e) {
-        sequences_.release(id, claim.start);  // the engine left the history as it was
-        outcome->error = api_error_from(e, ErrorStage::kModel);
-      } catch (const std::exception& e) {
-        sequences_.release(id, claim.start);
-        outcome->error = ApiError(500, "internal", std::string("internal error: ") + e.what());
-      }
-      fr.reset();
-      held.reset();
-    }, &never_ran);
+    service_.run_frame_on_stream(id, std::move(job), &never_ran);
   } catch (const ApiError&) {
     if (never_ran) sequences_.release(id, claim.start);
     throw;

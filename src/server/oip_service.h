@@ -48,6 +48,7 @@ class Oip {
   const std::string& model_name() const { return model_name_; }
 
  private:
+  struct OipFrame;  // a sequence's frame, alone or batched (oip_service.cpp)
   HttpResponse rest_infer(HttpRequest& request);
   void sweep();  // frees sequences idle past --max-sequence-idle-s
 

@@ -54,16 +54,35 @@ struct FrameJob {
   HttpResponse response;
 };
 
-// A queued frame: the request, the memory it holds, and where its answer goes.
-struct PendingFrame {
-  std::shared_ptr<FrameRequest> frame;
+}  // namespace
+
+// A queued /v1 frame: the request, the memory it holds, and where its answer goes.
+struct Service::V1Frame final : Service::BatchFrame {
+  Service* service = nullptr;
+  std::shared_ptr<FrameRequest> request;
   std::shared_ptr<MemoryLease> held;
   std::shared_ptr<FrameJob> job;
   double queued_at = 0;
 
+  const Frame& frame() const override { return request->frame; }
+  bool before() override {
+    service->metrics_.observe("queue", now_seconds() - queued_at);
+    if (auto refused = service->out_of_order(request->frame)) {
+      answer(std::move(*refused));
+      return false;
+    }
+    return true;
+  }
+  void done(Detections d) override {
+    service->observe_parts(d);
+    HttpResponse r;
+    r.body = d.json + "\n";
+    answer(std::move(r));
+  }
+  void failed(ApiError e) override { answer(error_response(e)); }
   void answer(HttpResponse r) {
     // Freed before the answer goes out, so the budget is free again when the client sees it.
-    frame.reset();
+    request.reset();
     held.reset();
     std::lock_guard lock(job->mu);
     job->response = std::move(r);
@@ -71,8 +90,6 @@ struct PendingFrame {
     job->cv.notify_all();
   }
 };
-
-}  // namespace
 
 Service::Service(Model& model, ServiceOptions options)
     : model_(model),
@@ -182,11 +199,14 @@ HttpResponse Service::post_frame(const std::string& stream, HttpRequest& request
   metrics_.observe("parse", queued_at - t0);
 
   auto job = std::make_shared<FrameJob>();
-  auto pending = std::make_shared<PendingFrame>(PendingFrame{frame, held, job, queued_at});
-  frame.reset();
-  held.reset();
-  auto task = std::make_shared<Scheduler::Task>(
-      [this, pending]() { pending->answer(run_frame(*pending->frame, pending->queued_at)); }, pending);
+  auto pending = std::make_shared<V1Frame>();
+  pending->service = this;
+  pending->request = std::move(frame);
+  pending->held = std::move(held);
+  pending->job = job;
+  pending->queued_at = queued_at;
+  std::shared_ptr<BatchFrame> batchable = pending;
+  auto task = std::make_shared<Scheduler::Task>([this, pending]() { run_alone(*pending); }, batchable);
   if (!scheduler_.submit(stream, task)) {
     if (shutting_down_) return error_response(503, "shutting_down", "the server is shutting down and takes no new frames");
     HttpResponse r = error_response(
@@ -211,22 +231,20 @@ HttpResponse Service::post_frame(const std::string& stream, HttpRequest& request
                                             " s; it still completes and updates the stream's history");
 }
 
-HttpResponse Service::run_frame(const FrameRequest& request, double queued_at) {
-  metrics_.observe("queue", now_seconds() - queued_at);
-  const Frame& frame = request.frame;
+void Service::run_alone(BatchFrame& f) {
+  std::optional<ApiError> error;
   try {
-    if (auto refused = out_of_order(frame)) return *refused;
+    if (!f.before()) return;
     // The parsed frame as it is: its images view the request's bytes (no base dir: no file is read).
-    const Detections d = model_.detect(frame, "");
-    observe_parts(d);
-    HttpResponse r;
-    r.body = d.json + "\n";
-    return r;
+    Detections d = model_.detect(f.frame(), "");
+    f.done(std::move(d));
+    return;
   } catch (const Error& e) {
-    return error_response(api_error_from(e, ErrorStage::kModel));
+    error = api_error_from(e, ErrorStage::kModel);
   } catch (const std::exception& e) {
-    return error_response(500, "internal", std::string("internal error: ") + e.what());
+    error = ApiError(500, "internal", std::string("internal error: ") + e.what());
   }
+  f.failed(std::move(*error));
 }
 
 std::optional<HttpResponse> Service::out_of_order(const Frame& frame) const {
@@ -250,42 +268,44 @@ void Service::observe_parts(const Detections& d) {
 }
 
 void Service::run_batch(const std::vector<std::shared_ptr<Scheduler::Task>>& tasks) {
-  std::vector<PendingFrame*> pending;
+  std::vector<BatchFrame*> members;
   std::vector<Frame> frames;  // copies share the requests' image bytes (views)
   for (const auto& t : tasks) {
-    auto* p = static_cast<PendingFrame*>(t->payload().get());
-    metrics_.observe("queue", now_seconds() - p->queued_at);
+    // Every payload is a BatchFrame (stored as one: the void pointer is the BatchFrame's).
+    auto* f = static_cast<BatchFrame*>(t->payload().get());
+    std::optional<ApiError> error;
     try {
-      if (auto refused = out_of_order(p->frame->frame)) {
-        p->answer(std::move(*refused));
-        continue;
-      }
-      frames.push_back(p->frame->frame);
-      pending.push_back(p);
+      if (!f->before()) continue;
+      frames.push_back(f->frame());
+      members.push_back(f);
+      continue;
+    } catch (const Error& e) {
+      error = api_error_from(e, ErrorStage::kModel);
     } catch (const std::exception& e) {
-      p->answer(error_response(500, "internal", std::string("internal error: ") + e.what()));
+      error = ApiError(500, "internal", std::string("internal error: ") + e.what());
     }
+    f->failed(std::move(*error));
   }
-  if (pending.empty()) return;
+  if (members.empty()) return;
   std::vector<FrameOutcome> out;
+  std::optional<ApiError> error;
   try {
     out = model_.detect_batch(frames, "", {}, static_cast<int>(frames.size()));
   } catch (const Error& e) {
-    for (PendingFrame* p : pending) p->answer(error_response(api_error_from(e, ErrorStage::kModel)));
-    return;
+    error = api_error_from(e, ErrorStage::kModel);
   } catch (const std::exception& e) {
-    for (PendingFrame* p : pending) p->answer(error_response(500, "internal", std::string("internal error: ") + e.what()));
+    error = ApiError(500, "internal", std::string("internal error: ") + e.what());
+  }
+  if (error) {
+    for (BatchFrame* f : members) f->failed(*error);
     return;
   }
-  for (size_t i = 0; i < pending.size(); ++i) {
+  for (size_t i = 0; i < members.size(); ++i) {
     if (out[i].error) {
-      pending[i]->answer(error_response(api_error_from(*out[i].error, ErrorStage::kModel)));
-      continue;
+      members[i]->failed(api_error_from(*out[i].error, ErrorStage::kModel));
+    } else {
+      members[i]->done(std::move(*out[i].detections));
     }
-    observe_parts(*out[i].detections);
-    HttpResponse r;
-    r.body = out[i].detections->json + "\n";
-    pending[i]->answer(std::move(r));
   }
 }
 

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bevformer/model.h"
+#include "server/api_error.h"
 #include "server/frame_request.h"
 #include "server/http_types.h"
 #include "server/memory_budget.h"
@@ -95,17 +96,36 @@ class Service {
   Oip& oip() { return *oip_; }
   Fleet& fleet() { return *fleet_; }
 
+  // A frame that may run in a batch with other streams' frames (--max-batch): what it checks
+  // before it runs, and what it does with its detections or its error, the same whether it runs
+  // alone (run_alone) or in a batch (run_batch). /v1 frames and the Open Inference Protocol's
+  // (HTTP and gRPC) are both such frames. None of the three may throw.
+  struct BatchFrame {
+    virtual ~BatchFrame() = default;
+    virtual const Frame& frame() const = 0;
+    virtual bool before() = 0;  // false: it answered itself (refused) and does not run
+    virtual void done(Detections d) = 0;
+    virtual void failed(ApiError e) = 0;  // the model refused it: its stream's history is unchanged
+  };
+  // before(), the model, then done() or failed(): one BatchFrame run by itself.
+  void run_alone(BatchFrame& f);
+
   // Runs `job` on `stream`'s worker FIFO (after the stream's frames queued before it) and waits
   // for it within --timeout. Throws ApiError: 429 queue_full, 503 shutting_down, 504 timeout;
   // `*never_ran` then tells whether the job was dropped from the queue (it never runs) or still
   // runs to its end. `job` must not throw.
   void run_on_stream(const std::string& stream, std::function<void()> job, bool* never_ran = nullptr);
+  // The same for a frame, which may run alone or, with --max-batch, in a batch of other streams'.
+  void run_frame_on_stream(const std::string& stream, std::shared_ptr<BatchFrame> frame, bool* never_ran = nullptr);
 
  private:
   HttpResponse dispatch(const Route& route, HttpRequest& request);
   HttpResponse post_frame(const std::string& stream, HttpRequest& request);
-  HttpResponse run_frame(const FrameRequest& frame, double queued_at);
-  // The frames of a batch, each answered as run_frame would answer it alone.
+  struct V1Frame;  // a /v1 frame in the queue (service.cpp)
+  struct Done;             // a job's waiter and its worker (service_jobs.cpp)
+  struct SignallingFrame;  // a frame that tells its waiter when it is answered (service_jobs.cpp)
+  void submit_and_wait(const std::string& stream, const std::shared_ptr<Scheduler::Task>& task, Done& done, bool* never_ran);
+  // The frames of a batch (each task's payload a BatchFrame), each answered as run_alone would.
   void run_batch(const std::vector<std::shared_ptr<Scheduler::Task>>& tasks);
   // 409 when a frame is not after its stream's last one (frames of one stream run one at a time,
   // so this cannot race with another frame of the same stream).
