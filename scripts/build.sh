@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Configures and builds one tree: progress every 20 s, the compiler output only when the build fails.
-# Usage: scripts/build.sh DIR [cmake -D options...]
+# Usage: [TARGET=name] scripts/build.sh DIR [cmake -D options...]   (TARGET: one target and what it needs)
 set -euo pipefail
 dir=$1
 shift
@@ -22,7 +22,9 @@ fail() {
 cmake -S . -B "$dir" "$@" >"$log" 2>&1 || fail
 # The build runs in the background while its progress ([done/total] steps, from ninja's log
 # lines) is printed every 20 s: a first build takes many minutes, and a silent one looks hung.
-cmake --build "$dir" -- -j"$(nproc)" >>"$log" 2>&1 &
+target=()
+[ -n "${TARGET:-}" ] && target=(--target "$TARGET")
+cmake --build "$dir" "${target[@]}" -- -j"$(nproc)" >>"$log" 2>&1 &
 pid=$!
 last=""
 while kill -0 "$pid" 2>/dev/null; do

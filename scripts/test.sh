@@ -42,7 +42,7 @@ fi
 
 if [ "${SKIP_FUZZ:-0}" != 1 ]; then
   step "fuzz (libFuzzer, ${FUZZ_SECONDS:-30} s per target)"
-  bash scripts/build.sh build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+  TARGET=fuzz_all bash scripts/build.sh build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
     -DCMAKE_CXX_COMPILER=clang++ -DBEV_FUZZ=ON -DBEV_TESTS=OFF -DBEV_BENCH=OFF -DBEV_CUDA=OFF
   bash scripts/fuzz.sh build-fuzz "${FUZZ_SECONDS:-30}"
 fi
