@@ -232,19 +232,22 @@ HttpResponse Service::post_frame(const std::string& stream, HttpRequest& request
 }
 
 void Service::run_alone(BatchFrame& f) {
+  std::optional<Detections> d;
   std::optional<ApiError> error;
   try {
     if (!f.before()) return;
     // The parsed frame as it is: its images view the request's bytes (no base dir: no file is read).
-    Detections d = model_.detect(f.frame(), "");
-    f.done(std::move(d));
-    return;
+    d = model_.detect(f.frame(), "");
   } catch (const Error& e) {
     error = api_error_from(e, ErrorStage::kModel);
   } catch (const std::exception& e) {
     error = ApiError(500, "internal", std::string("internal error: ") + e.what());
   }
-  f.failed(std::move(*error));
+  if (error) {
+    f.failed(std::move(*error));
+  } else {
+    f.done(std::move(*d));
+  }
 }
 
 std::optional<HttpResponse> Service::out_of_order(const Frame& frame) const {
@@ -270,6 +273,8 @@ void Service::observe_parts(const Detections& d) {
 void Service::run_batch(const std::vector<std::shared_ptr<Scheduler::Task>>& tasks) {
   std::vector<BatchFrame*> members;
   std::vector<Frame> frames;  // copies share the requests' image bytes (views)
+  members.reserve(tasks.size());  // so that the two stay in step: push_back cannot throw
+  frames.reserve(tasks.size());
   for (const auto& t : tasks) {
     // Every payload is a BatchFrame (stored as one: the void pointer is the BatchFrame's).
     auto* f = static_cast<BatchFrame*>(t->payload().get());
@@ -296,6 +301,8 @@ void Service::run_batch(const std::vector<std::shared_ptr<Scheduler::Task>>& tas
   } catch (const std::exception& e) {
     error = ApiError(500, "internal", std::string("internal error: ") + e.what());
   }
+  // The copies hold the requests' bytes; each member's lease is released as it is answered.
+  std::vector<Frame>().swap(frames);
   if (error) {
     for (BatchFrame* f : members) f->failed(*error);
     return;

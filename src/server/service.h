@@ -99,7 +99,8 @@ class Service {
   // A frame that may run in a batch with other streams' frames (--max-batch): what it checks
   // before it runs, and what it does with its detections or its error, the same whether it runs
   // alone (run_alone) or in a batch (run_batch). /v1 frames and the Open Inference Protocol's
-  // (HTTP and gRPC) are both such frames. None of the three may throw.
+  // (HTTP and gRPC) are both such frames. before() may throw (the frame is then answered through
+  // failed()); done() and failed() must not.
   struct BatchFrame {
     virtual ~BatchFrame() = default;
     virtual const Frame& frame() const = 0;

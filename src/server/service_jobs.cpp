@@ -33,10 +33,12 @@ struct Service::SignallingFrame final : Service::BatchFrame {
     return false;
   }
   void done(Detections d) override {
+    if (!inner) return;  // answered already
     inner->done(std::move(d));
     finish();
   }
   void failed(ApiError e) override {
+    if (!inner) return;
     inner->failed(std::move(e));
     finish();
   }
