@@ -30,6 +30,7 @@
 
 #include "backend/cpu/direct1x1.h"
 #include "backend/cpu/conv2d.h"
+#include "backend/cpu/conv2d_int8.h"
 #include "backend/cpu/onednn.h"
 #include "bench_util.h"
 
@@ -84,6 +85,41 @@ void bm_conv(benchmark::State& state, const ConvCase& cc, Precision p, bool bf16
   state.counters["GFLOP/s"] = benchmark::Counter(gflop, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["pct_peak"] =
       benchmark::Counter(gflop / peak(p) * 100.0, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["pct_f32_peak"] =
+      benchmark::Counter(gflop / peak(Precision::kF32) * 100.0, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// cpu::Conv2dInt8 at the same shape (issue 26): u8 activations (s8 for the stem, which reads the
+// image), per-channel s8 weights, f32 output. `int_input`: the input is already integers (the
+// conv alone); else f32 quantized inside the run (what a layer after an f32 op pays).
+void bm_conv_int8(benchmark::State& state, const ConvCase& cc, bool int_input) {
+  if (!bev::cpu::has_int8_dot()) {
+    state.SkipWithError("no exact int8 dot product on this CPU");
+    return;
+  }
+  const bev::cpu::Conv2dAttrs a = attrs_of(cc);
+  const Tensor w = filled({cc.o, cc.c, cc.k, cc.k}, 1);
+  const Tensor b = filled({cc.o}, 2);
+  const DType act = cc.name.find("stem") != std::string::npos ? DType::kI8 : DType::kU8;
+  const bev::cpu::Conv2dInt8 conv(w, &b, a, act, 1.0f / 127);
+  Tensor x = filled({cc.n, cc.h, cc.w, cc.c}, 3);
+  if (int_input) {
+    Tensor q = Tensor::empty(x.shape(), act);
+    conv.quantize(x, q);
+    x = q;
+  }
+  const Shape out = conv.output_shape(x.shape());
+  Tensor y = filled(out, 4);
+  const Tensor res = cc.residual == Residual::kSeparate ? filled(out, 5) : Tensor();
+  const Tensor* r = cc.residual == Residual::kSeparate ? &res : cc.residual == Residual::kInPlace ? &y : nullptr;
+  conv.run(x, r, y);
+  state.SetLabel(conv.impl_name(x.shape()));
+  for (auto _ : state) {
+    conv.run(x, r, y);
+    benchmark::DoNotOptimize(y.raw_data());
+  }
+  const double gflop = conv.flops(x.shape()) * 1e-9;
+  state.counters["GFLOP/s"] = benchmark::Counter(gflop, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["pct_f32_peak"] =
       benchmark::Counter(gflop / peak(Precision::kF32) * 100.0, benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -162,6 +198,14 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark((c.name + "/" + m).c_str(), [c, p, acts](benchmark::State& s) { bm_conv(s, c, p, acts); })
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
+    }
+    if (c.name.rfind("tiny_r50", 0) == 0) {  // int8 at tiny's shapes: the conv alone, and with its f32 input quantized
+      for (const bool int_input : {true, false}) {
+        benchmark::RegisterBenchmark((c.name + (int_input ? "/int8act" : "/int8")).c_str(),
+                                     [c, int_input](benchmark::State& s) { bm_conv_int8(s, c, int_input); })
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+      }
     }
     if (bev::cpu::Direct1x1::supports(attrs_of(c), c.c, c.o, c.k, c.k, Precision::kF32)) {
       benchmark::RegisterBenchmark((c.name + "/f32_onednn").c_str(),

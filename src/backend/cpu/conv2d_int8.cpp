@@ -1,0 +1,318 @@
+#include "backend/cpu/conv2d_int8.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "backend/cpu/onednn.h"
+
+namespace bev::cpu {
+namespace {
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+[[noreturn]] void invalid(const std::string& problem, const std::string& expected) {
+  throw Error(ErrorKind::kInvalidInput, problem).where("cpu::Conv2dInt8").expected(expected);
+}
+
+void check_tensor(const char* name, const Tensor& t, DType a, DType b) {
+  if (!t.defined() || t.device() != Device::kCpu || !t.is_contiguous() || !(t.dtype() == a || t.dtype() == b)) {
+    throw Error(ErrorKind::kInvalidInput, std::string(name) + " is " + (t.defined() ? t.describe() : "undefined"))
+        .where("cpu::Conv2dInt8")
+        .expected(std::string("a contiguous host ") + dtype_name(a) + (a == b ? "" : std::string(" or ") + dtype_name(b)) +
+                  " tensor");
+  }
+}
+
+int64_t out_extent(int64_t in, int64_t k, int stride, int pad, int dilation) {
+  return (in + 2 * static_cast<int64_t>(pad) - static_cast<int64_t>(dilation) * (k - 1) - 1) / stride + 1;
+}
+
+dt act_dt(DType a) { return a == DType::kU8 ? dt::u8 : dt::s8; }
+
+}  // namespace
+
+bool has_int8_dot() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx2_vnni:
+    case dnnl::cpu_isa::avx512_core_vnni:
+    case dnnl::cpu_isa::avx512_core_bf16:
+    case dnnl::cpu_isa::avx512_core_amx:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Tensor Conv2dInt8::quantize_weights(const Tensor& weight_oihw, Tensor* scales) {
+  cpu::expect_f32_host("cpu::Conv2dInt8", "weight", weight_oihw);
+  if (weight_oihw.dim() != 4 || weight_oihw.size(0) < 1) invalid("weight is " + weight_oihw.describe(), "rank 4 OIHW");
+  const Tensor w = weight_oihw.contiguous();
+  const int64_t o = w.size(0), per = w.numel() / o;
+  Tensor q = Tensor::empty(w.shape(), DType::kI8);
+  Tensor s = Tensor::empty({o}, DType::kF32);
+  const float* wp = w.data<float>();
+  int8_t* qp = q.data<int8_t>();
+  float* sp = s.data<float>();
+  for (int64_t oc = 0; oc < o; ++oc) {
+    const float* row = wp + oc * per;
+    float m = 0;
+    for (int64_t i = 0; i < per; ++i) {
+      if (!std::isfinite(row[i])) invalid("weight of output channel " + std::to_string(oc) + " is not finite", "finite weights");
+      m = std::max(m, std::fabs(row[i]));
+    }
+    sp[oc] = m > 0 ? m / 127.0f : 1.0f;
+    const float inv = 1.0f / sp[oc];
+    for (int64_t i = 0; i < per; ++i) {
+      qp[oc * per + i] = static_cast<int8_t>(std::clamp(std::nearbyint(row[i] * inv), -127.0f, 127.0f));
+    }
+  }
+  if (scales) *scales = std::move(s);
+  return q;
+}
+
+struct Conv2dInt8::State {
+  Conv2dAttrs attrs;
+  DType act = DType::kU8;
+  float act_scale = 1;
+  int64_t out_ch = 0, in_ch_per_group = 0, kh = 0, kw = 0;
+  Tensor q_weights;                // s8 OIHW, the source of every weight layout
+  Tensor w_scales;                 // f32 [O]
+  std::vector<float> out_scales;   // act_scale * w_scales[o]
+  dnnl::memory bias;               // f32 [O] over out_scales (oneDNN 2.x scales conv + bias together)
+  PackedWeights weights;
+
+  struct Plan {
+    dnnl::convolution_forward::primitive_desc pd;
+    dnnl::convolution_forward conv;
+    dnnl::memory weights, scratchpad;
+    dnnl::reorder quantize;          // an f32 input -> src_q
+    dnnl::memory src_q;              // unbound: the thread's conversion scratch
+    dnnl::reorder copy_residual;     // a separate residual -> y
+    dnnl::memory src, dst, residual; // bound per run
+    std::mutex mu;
+  };
+  using Key = std::array<int64_t, 5>;  // N, H, W, the input's dtype, the lane
+  std::mutex mu;
+  std::map<Key, std::unique_ptr<Plan>> plans;
+
+  int64_t groups() const { return attrs.groups; }
+  int64_t in_ch() const { return in_ch_per_group * groups(); }
+
+  dnnl::memory::desc weights_md(tag t) const {
+    if (groups() == 1) return {{out_ch, in_ch_per_group, kh, kw}, dt::s8, t == tag::any ? tag::any : tag::oihw};
+    return {{groups(), out_ch / groups(), in_ch_per_group, kh, kw}, dt::s8, t == tag::any ? tag::any : tag::goihw};
+  }
+
+  dnnl::convolution_forward::primitive_desc make_pd(int64_t n, int64_t h, int64_t w) const {
+    const int64_t ho = out_extent(h, kh, attrs.stride_h, attrs.pad_h, attrs.dilation_h);
+    const int64_t wo = out_extent(w, kw, attrs.stride_w, attrs.pad_w, attrs.dilation_w);
+    const dnnl::memory::desc src_md({n, in_ch(), h, w}, act_dt(act), tag::nhwc);
+    const dnnl::memory::desc dst_md({n, out_ch, ho, wo}, dt::f32, tag::nhwc);
+    const dnnl::memory::desc bias_md = bias ? dnnl::memory::desc({out_ch}, dt::f32, tag::x) : dnnl::memory::desc();
+    const dnnl::memory::dims strides = {attrs.stride_h, attrs.stride_w};
+    const dnnl::memory::dims dilates = {attrs.dilation_h - 1, attrs.dilation_w - 1};
+    const dnnl::memory::dims pad = {attrs.pad_h, attrs.pad_w};
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                      src_md, weights_md(tag::any), bias_md, dst_md, strides, dilates, pad, pad);
+    dnnl::primitive_attr attr;
+    attr.set_output_scales(1 << 1, out_scales);  // one per output channel (dst dimension 1)
+    dnnl::post_ops ops;
+    if (attrs.residual) ops.append_sum(1.0f);
+    if (attrs.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return {d, attr, engine()};
+  }
+
+  Plan& plan_for(int64_t n, int64_t h, int64_t w, DType in, int lane) {
+    const Key key = {n, h, w, static_cast<int64_t>(in), lane};
+    std::unique_ptr<Plan>& slot = plans[key];
+    if (!slot) {
+      try {
+        slot = make_plan(n, h, w, in);
+      } catch (...) {
+        plans.erase(key);
+        throw;
+      }
+    }
+    return *slot;
+  }
+
+  std::unique_ptr<Plan> make_plan(int64_t n, int64_t h, int64_t w, DType in) {
+    auto made = std::make_unique<Plan>();
+    Plan& p = *made;
+    p.pd = make_pd(n, h, w);
+    p.weights = weights.in(p.pd.weights_desc());
+    p.conv = dnnl::convolution_forward(p.pd);
+    p.scratchpad = dnnl::memory(p.pd.scratchpad_desc(), engine());
+    const dnnl::memory::desc q_md = p.pd.src_desc();
+    if (in == DType::kF32) {
+      const dnnl::memory::desc f32_md({n, in_ch(), h, w}, dt::f32, tag::nhwc);
+      p.src = unbound(f32_md);
+      p.src_q = unbound(q_md);
+      p.quantize = dnnl::reorder(quantizer(f32_md, q_md));
+    } else {
+      p.src = unbound(q_md);
+    }
+    const dnnl::memory::desc dst_md = p.pd.dst_desc();
+    if (attrs.residual) {
+      p.residual = unbound(dst_md);
+      p.copy_residual = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), dst_md, engine(), dst_md));
+    }
+    p.dst = unbound(dst_md);
+    return made;
+  }
+
+  // f32 -> act: x * (1 / act_scale), rounded to nearest even and saturated.
+  dnnl::reorder::primitive_desc quantizer(const dnnl::memory::desc& from, const dnnl::memory::desc& to) const {
+    dnnl::primitive_attr a;
+    a.set_output_scales(0, {1.0f / act_scale});
+    return dnnl::reorder::primitive_desc(engine(), from, engine(), to, a);
+  }
+};
+
+Conv2dInt8::Conv2dInt8(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs& attrs, DType act,
+                       float act_scale)
+    : state_(std::make_unique<State>()) {
+  if (!has_int8_dot()) {
+    throw Error(ErrorKind::kUnsupported, "this CPU has no exact int8 dot product (oneDNN ISA " + isa_name() + ")")
+        .where("cpu::Conv2dInt8")
+        .expected("AVX-512 VNNI, AVX2 VNNI or AMX");
+  }
+  State& s = *state_;
+  if (act != DType::kU8 && act != DType::kI8) invalid(std::string("activation dtype ") + dtype_name(act), "u8 or i8");
+  if (!(act_scale > 0) || !std::isfinite(act_scale)) invalid("activation scale " + std::to_string(act_scale), "a finite scale > 0");
+  if (attrs.stride_h < 1 || attrs.stride_w < 1 || attrs.dilation_h < 1 || attrs.dilation_w < 1 || attrs.pad_h < 0 ||
+      attrs.pad_w < 0 || attrs.groups < 1) {
+    invalid("attributes with a stride, dilation or groups below 1 or a negative pad", "stride, dilation, groups >= 1, pad >= 0");
+  }
+  s.attrs = attrs;
+  s.act = act;
+  s.act_scale = act_scale;
+  s.q_weights = quantize_weights(weight_oihw, &s.w_scales);
+  s.out_ch = s.q_weights.size(0);
+  s.in_ch_per_group = s.q_weights.size(1);
+  s.kh = s.q_weights.size(2);
+  s.kw = s.q_weights.size(3);
+  if (s.out_ch % attrs.groups != 0) {
+    invalid("weight is " + weight_oihw.describe() + " with groups " + std::to_string(attrs.groups), "O divisible by groups");
+  }
+  const float* ws = s.w_scales.data<float>();
+  s.out_scales.resize(static_cast<size_t>(s.out_ch));
+  for (int64_t o = 0; o < s.out_ch; ++o) s.out_scales[o] = act_scale * ws[o];
+  if (bias) {
+    cpu::expect_f32_host("cpu::Conv2dInt8", "bias", *bias);
+    if (bias->shape() != Shape{s.out_ch}) invalid("bias is " + bias->describe(), "f32[" + std::to_string(s.out_ch) + "]");
+    const Tensor b = bias->contiguous();
+    s.bias = dnnl::memory({{s.out_ch}, dt::f32, tag::x}, engine());
+    float* bp = static_cast<float*>(s.bias.get_data_handle());
+    for (int64_t o = 0; o < s.out_ch; ++o) {
+      bp[o] = static_cast<float>(static_cast<double>(b.data<float>()[o]) / s.out_scales[o]);
+    }
+  }
+  s.weights = PackedWeights(wrap(s.q_weights, s.weights_md(tag::oihw)));
+  const int64_t rep_h = (s.kh - 1) * attrs.dilation_h + 1 + 16 * attrs.stride_h;
+  const int64_t rep_w = (s.kw - 1) * attrs.dilation_w + 1 + 16 * attrs.stride_w;
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.plan_for(1, rep_h, rep_w, act, 0);  // the weights in the layout a representative map runs on
+}
+
+Conv2dInt8::~Conv2dInt8() = default;
+Conv2dInt8::Conv2dInt8(Conv2dInt8&&) noexcept = default;
+Conv2dInt8& Conv2dInt8::operator=(Conv2dInt8&&) noexcept = default;
+
+DType Conv2dInt8::act() const { return state_->act; }
+float Conv2dInt8::act_scale() const { return state_->act_scale; }
+const Tensor& Conv2dInt8::weight_scales() const { return state_->w_scales; }
+
+Shape Conv2dInt8::output_shape(const Shape& in) const {
+  const State& s = *state_;
+  if (in.size() != 4 || in[3] != s.in_ch() || in[0] < 1) {
+    invalid("input shape " + shape_str(in), "rank 4 NHWC with " + std::to_string(s.in_ch()) + " channels");
+  }
+  const int64_t ho = out_extent(in[1], s.kh, s.attrs.stride_h, s.attrs.pad_h, s.attrs.dilation_h);
+  const int64_t wo = out_extent(in[2], s.kw, s.attrs.stride_w, s.attrs.pad_w, s.attrs.dilation_w);
+  if (in[1] < 1 || in[2] < 1 || ho < 1 || wo < 1) invalid("input shape " + shape_str(in), "a map the kernel fits");
+  return {in[0], ho, wo, s.out_ch};
+}
+
+double Conv2dInt8::flops(const Shape& in) const {
+  const Shape out = output_shape(in);
+  const State& s = *state_;
+  return 2.0 * static_cast<double>(out[0] * out[1] * out[2] * out[3]) * static_cast<double>(s.in_ch_per_group * s.kh * s.kw);
+}
+
+std::string Conv2dInt8::impl_name(const Shape& in) const {
+  output_shape(in);
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return cpu::impl_name(state_->plan_for(in[0], in[1], in[2], state_->act, 0).pd);
+}
+
+void Conv2dInt8::quantize(const Tensor& x, Tensor& q) const {
+  const State& s = *state_;
+  check_tensor("input", x, DType::kF32, DType::kF32);
+  check_tensor("output", q, s.act, s.act);
+  if (q.shape() != x.shape()) invalid("output is " + q.describe() + " for input " + x.describe(), "the input's shape");
+  // A primitive per call: this is for tests and calibration, not the frame (run() keeps its own).
+  const dnnl::memory::desc from = plain_desc(x), to = plain_desc(q);
+  dnnl::reorder r(s.quantizer(from, to));
+  dnnl::stream& st = stream();
+  execute_reorder(r, st, wrap(x, from), wrap(q, to));
+  st.wait();
+}
+
+void Conv2dInt8::run(const Tensor& x, const Tensor* residual, Tensor& y, int lane) const {
+  State& s = *state_;
+  check_tensor("input", x, DType::kF32, s.act);
+  const Shape out = output_shape(x.shape());
+  check_tensor("output", y, DType::kF32, DType::kF32);
+  if (y.shape() != out) invalid("output is " + y.describe() + " for input " + x.describe(), "shape " + shape_str(out));
+  if (overlaps(x, y)) invalid("output " + y.describe() + " overlaps input " + x.describe(), "disjoint tensors");
+  bool in_place = false;
+  if (s.attrs.residual) {
+    if (!residual) invalid("no residual given", "a residual f32" + shape_str(out) + " (attrs.residual is set)");
+    check_tensor("residual", *residual, DType::kF32, DType::kF32);
+    if (residual->shape() != out) invalid("residual is " + residual->describe(), "shape " + shape_str(out));
+    in_place = residual->raw_data() == y.raw_data();
+    if (!in_place && overlaps(*residual, y)) invalid("residual partly overlaps the output", "the output itself or disjoint");
+  } else if (residual) {
+    invalid("a residual was given", "none (attrs.residual is not set)");
+  }
+  if (lane < 0) invalid("lane " + std::to_string(lane), "a lane >= 0");
+  State::Plan* plan = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    plan = &s.plan_for(out[0], x.size(1), x.size(2), x.dtype(), lane);
+  }
+  State::Plan& p = *plan;
+  std::lock_guard<std::mutex> run_lock(p.mu);
+  dnnl::stream& st = stream();
+  bind(p.dst, y);
+  if (s.attrs.residual && !in_place) {
+    bind(p.residual, *residual);
+    execute_reorder(p.copy_residual, st, p.residual, p.dst);
+  }
+  bind(p.src, x);
+  dnnl_memory_t src = p.src.get();
+  if (x.dtype() == DType::kF32) {
+    bind_conversion_scratch(p.src_q, 0);
+    execute_reorder(p.quantize, st, p.src, p.src_q);
+    src = p.src_q.get();
+  }
+  const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, src},
+                                  {DNNL_ARG_WEIGHTS, p.weights.get()},
+                                  {DNNL_ARG_DST, p.dst.get()},
+                                  {DNNL_ARG_SCRATCHPAD, p.scratchpad.get()},
+                                  {DNNL_ARG_BIAS, s.bias ? s.bias.get() : nullptr}};
+  execute(p.conv, st, std::span(args, s.bias ? 5 : 4));
+  st.wait();
+}
+
+}  // namespace bev::cpu

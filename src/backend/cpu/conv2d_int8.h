@@ -1,0 +1,56 @@
+// An int8 2-D convolution on oneDNN (issue 26's first step towards `--precision int8`): u8
+// activations (an input after a ReLU) or s8, s8 weights quantized symmetrically per output
+// channel, integer products accumulated exactly in s32, then one f32 scale per output channel,
+// the f32 bias, the residual and the ReLU: y = act_scale * w_scale[o] * sum(q_x * q_w) + b[o] (+ r).
+// VNNI (and AMX-int8) multiply u8 by s8 exactly; without them oneDNN 2.x emulates with saturating
+// or halved products, so the class refuses machines without an exact int8 dot product.
+//
+// It stands alone for now: not an op kind and not behind a Precision, so that its accuracy and its
+// speed against f32 and bf16 are known (tests/test_op_conv2d_int8.cpp, bench_conv's int8 rows)
+// before calibration and the model's int8 path are built on it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/op.h"
+#include "core/tensor.h"
+
+namespace bev::cpu {
+
+// Whether this machine's oneDNN multiplies u8 by s8 exactly (VNNI or AMX-int8).
+bool has_int8_dot();
+
+class Conv2dInt8 {
+ public:
+  // Symmetric per output channel: scale[o] = max|w[o]| / 127 (1 for an all-zero channel) and
+  // q = clamp(nearbyint(w / scale[o]), -127, 127). Returns the s8 OIHW weights; *scales is f32 [O].
+  static Tensor quantize_weights(const Tensor& weight_oihw, Tensor* scales);
+
+  // `act`: DType::kU8 (an input after a ReLU: negative values quantize to 0) or kI8; `act_scale`:
+  // the f32 value of one integer step of the input. Throws kUnsupported without has_int8_dot().
+  Conv2dInt8(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs& attrs, DType act, float act_scale);
+  ~Conv2dInt8();
+  Conv2dInt8(Conv2dInt8&&) noexcept;
+  Conv2dInt8& operator=(Conv2dInt8&&) noexcept;
+
+  Shape output_shape(const Shape& input_nhwc) const;
+  // x: NHWC, contiguous host f32 (quantized here, into the thread's conversion scratch) or
+  // already of act(); y: f32 NHWC; residual as in Conv2d::run (f32; in place when it is y).
+  // `lane` as in Conv2d::run: concurrent callers on different lanes never share a plan.
+  void run(const Tensor& x_nhwc, const Tensor* residual_nhwc, Tensor& y_nhwc, int lane = 0) const;
+  // q = saturate(nearbyint(x / act_scale)) in act(), what run() does to an f32 input.
+  void quantize(const Tensor& x_f32, Tensor& q) const;
+
+  double flops(const Shape& input_nhwc) const;
+  std::string impl_name(const Shape& input_nhwc) const;  // oneDNN's kernel, e.g. "brg:avx512_core_vnni"
+  DType act() const;
+  float act_scale() const;
+  const Tensor& weight_scales() const;  // f32 [O]
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace bev::cpu

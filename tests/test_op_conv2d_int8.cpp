@@ -1,0 +1,238 @@
+// cpu::Conv2dInt8 against a plain integer reference: the products of the integer input and the
+// quantized weights summed exactly (int64), then scaled, biased, residual added and ReLU'd in
+// double. The kernel accumulates in s32 exactly too (inputs here keep |sum| < 2^31), so its only
+// errors are f32 roundings after the sum: the accumulator to f32, the per-channel scale, the bias
+// divided by it and added, the product, the residual. Each is at most u = 2^-24 of a term bounded
+// by S = act_scale * w_scale[o] * sum|q_x q_w| + |b| + |r|, so |y - ref| <= 6 u S whatever K is
+// (a dropped product shows up as ~1/K of S, far above). Observed maxima are printed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/conv2d_int8.h"
+#include "backend/cpu/onednn.h"
+#include "error_test_util.h"
+#include "kernel_test_util.h"
+
+namespace bev::cpu {
+namespace {
+
+using kernel_test::random_tensor;
+using kernel_test::ThreadsGuard;
+
+// Integers over the whole range of `dtype` (u8: 0..255, i8: -128..127), as a tensor of that dtype.
+Tensor random_ints(const Shape& shape, DType dtype, std::mt19937& rng) {
+  Tensor t = Tensor::empty(shape, dtype);
+  std::uniform_int_distribution<int> dist(dtype == DType::kU8 ? 0 : -128, dtype == DType::kU8 ? 255 : 127);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (dtype == DType::kU8) {
+      t.data<uint8_t>()[i] = static_cast<uint8_t>(dist(rng));
+    } else {
+      t.data<int8_t>()[i] = static_cast<int8_t>(dist(rng));
+    }
+  }
+  return t;
+}
+
+int64_t int_at(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::kU8 ? t.data<uint8_t>()[i] : t.data<int8_t>()[i];
+}
+
+// The worst |y - ref| / S over all outputs (see the file comment).
+double worst_error(const Tensor& qx, const Conv2dInt8& conv, const Tensor& qw, const Tensor* b, const Conv2dAttrs& a,
+                   const Tensor* residual, const Tensor& y) {
+  const int64_t n = qx.size(0), h = qx.size(1), wd = qx.size(2), c = qx.size(3);
+  const int64_t o = qw.size(0), cg = qw.size(1), kh = qw.size(2), kw = qw.size(3);
+  const int64_t og = o / a.groups;
+  const int64_t ho = y.size(1), wo = y.size(2);
+  const float* ws = conv.weight_scales().data<float>();
+  double worst = 0;
+  for (int64_t in = 0; in < n; ++in)
+    for (int64_t oh = 0; oh < ho; ++oh)
+      for (int64_t ow = 0; ow < wo; ++ow)
+        for (int64_t oc = 0; oc < o; ++oc) {
+          const int64_t g = oc / og;
+          int64_t acc = 0, mag = 0;
+          for (int64_t ic = 0; ic < cg; ++ic)
+            for (int64_t i = 0; i < kh; ++i)
+              for (int64_t j = 0; j < kw; ++j) {
+                const int64_t ih = oh * a.stride_h - a.pad_h + i * a.dilation_h;
+                const int64_t iw = ow * a.stride_w - a.pad_w + j * a.dilation_w;
+                if (ih < 0 || ih >= h || iw < 0 || iw >= wd) continue;
+                const int64_t p = int_at(qx, ((in * h + ih) * wd + iw) * c + g * cg + ic) *
+                                  static_cast<int64_t>(qw.data<int8_t>()[((oc * cg + ic) * kh + i) * kw + j]);
+                acc += p;
+                mag += p < 0 ? -p : p;
+              }
+          const double scale = static_cast<double>(conv.act_scale()) * ws[oc];
+          double ref = scale * static_cast<double>(acc), s = scale * static_cast<double>(mag);
+          const int64_t at = ((in * ho + oh) * wo + ow) * o + oc;
+          if (b) {
+            ref += b->data<float>()[oc];
+            s += std::fabs(b->data<float>()[oc]);
+          }
+          if (residual) {
+            ref += residual->data<float>()[at];
+            s += std::fabs(residual->data<float>()[at]);
+          }
+          if (a.relu) ref = std::max(ref, 0.0);
+          worst = std::max(worst, std::fabs(y.data<float>()[at] - ref) / std::max(s, 1e-30));
+        }
+  return worst;
+}
+
+TEST(Conv2dInt8, QuantizeWeightsPerChannel) {
+  Tensor w = random_tensor({4, 3, 3, 3}, 3u, -2.0f, 2.0f);
+  for (int64_t i = 0; i < 27; ++i) w.data<float>()[2 * 27 + i] = 0.0f;  // an all-zero channel
+  w.data<float>()[5] = 7.5f;                                            // one large weight in channel 0
+  Tensor scales;
+  const Tensor q = Conv2dInt8::quantize_weights(w, &scales);
+  ASSERT_EQ(q.dtype(), DType::kI8);
+  for (int64_t o = 0; o < 4; ++o) {
+    const float s = scales.data<float>()[o];
+    int m = 0;
+    for (int64_t i = 0; i < 27; ++i) {
+      const int v = q.data<int8_t>()[o * 27 + i];
+      m = std::max(m, std::abs(v));
+      EXPECT_LE(std::fabs(v * s - w.data<float>()[o * 27 + i]), s / 2 * (1 + 1e-6)) << o << " " << i;
+    }
+    EXPECT_EQ(m, o == 2 ? 0 : 127) << "channel " << o;
+  }
+  EXPECT_EQ(scales.data<float>()[2], 1.0f);
+  EXPECT_FLOAT_EQ(scales.data<float>()[0], 7.5f / 127);
+  Tensor bad = w.clone();
+  bad.data<float>()[3] = NAN;
+  test::expect_invalid_input([&] { Conv2dInt8::quantize_weights(bad, nullptr); }, "not finite");
+}
+
+TEST(Conv2dInt8, QuantizeActivationsRoundsToEvenAndSaturates) {
+  if (!has_int8_dot()) GTEST_SKIP() << "no exact int8 dot product on this CPU (" << isa_name() << ")";
+  const float s = 1.0f / 64;  // k/128 are ties exactly
+  std::vector<float> xs;
+  for (int k = -300; k <= 300; ++k) xs.push_back(static_cast<float>(k) / 128);  // ties and integers
+  for (float v : {255.4f * s, 255.6f * s, 300.0f * s, -1e6f, 1e6f, -0.3f * s}) xs.push_back(v);
+  const Tensor x = Tensor::from_floats({1, 1, 1, static_cast<int64_t>(xs.size())}, xs);
+  for (const DType act : {DType::kU8, DType::kI8}) {
+    const Conv2dInt8 conv(random_tensor({1, static_cast<int64_t>(xs.size()), 1, 1}, 5u), nullptr, {}, act, s);
+    Tensor q = Tensor::empty(x.shape(), act);
+    conv.quantize(x, q);
+    const float lo = act == DType::kU8 ? 0 : -128, hi = act == DType::kU8 ? 255 : 127;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const float want = std::clamp(std::nearbyint(xs[i] * (1.0f / s)), lo, hi);
+      EXPECT_EQ(static_cast<float>(int_at(q, static_cast<int64_t>(i))), want) << dtype_name(act) << " x = " << xs[i];
+    }
+  }
+}
+
+struct Case {
+  std::string name;
+  int64_t n, c, h, w, o, k;
+  Conv2dAttrs attrs;
+  bool bias, residual_in_place, residual_apart;
+};
+
+class Conv2dInt8Cases : public ::testing::TestWithParam<DType> {};
+
+TEST_P(Conv2dInt8Cases, MatchesTheIntegerReference) {
+  if (!has_int8_dot()) GTEST_SKIP() << "no exact int8 dot product on this CPU (" << isa_name() << ")";
+  const DType act = GetParam();
+  auto attrs = [](int s, int p, int d, int g, bool relu, bool res) {
+    Conv2dAttrs a;
+    a.stride_h = a.stride_w = s;
+    a.pad_h = a.pad_w = p;
+    a.dilation_h = a.dilation_w = d;
+    a.groups = g;
+    a.relu = relu;
+    a.residual = res;
+    return a;
+  };
+  Conv2dAttrs odd = attrs(1, 0, 1, 1, false, false);
+  odd.stride_h = 2;
+  odd.pad_w = 2;
+  odd.dilation_w = 2;
+  const std::vector<Case> cases = {
+      {"C3 -> O5 3x3", 1, 3, 9, 11, 5, 3, attrs(1, 1, 1, 1, false, false), true, false, false},
+      {"C17 -> O17 3x3 relu", 2, 17, 7, 13, 17, 3, attrs(1, 1, 1, 1, true, false), true, false, false},
+      {"stem 7x7/2", 1, 3, 29, 37, 16, 7, attrs(2, 3, 1, 1, true, false), true, false, false},
+      {"1x1 on 1x1 maps", 3, 64, 1, 1, 48, 1, attrs(1, 0, 1, 1, false, false), false, false, false},
+      {"s2 on 15x25", 1, 24, 15, 25, 40, 3, attrs(2, 1, 1, 1, true, false), true, false, false},
+      {"1x1/2 on 29x50", 1, 32, 29, 50, 64, 1, attrs(2, 0, 1, 1, false, false), true, false, false},
+      {"dilation 2", 1, 16, 12, 14, 16, 3, attrs(1, 2, 2, 1, true, false), true, false, false},
+      {"groups 4", 1, 32, 10, 12, 32, 3, attrs(1, 1, 1, 4, false, false), true, false, false},
+      {"depthwise", 1, 16, 9, 9, 16, 3, attrs(1, 1, 1, 16, true, false), true, false, false},
+      {"s(2,1) p(0,2) d(1,2)", 1, 8, 11, 15, 12, 3, odd, true, false, false},
+      {"1x1 + residual in place + relu", 2, 64, 8, 10, 256, 1, attrs(1, 0, 1, 1, true, true), true, true, false},
+      {"3x3 + residual apart", 1, 32, 8, 9, 32, 3, attrs(1, 1, 1, 1, false, true), false, false, true},
+      {"3x3 C512 (sums past 2^24)", 1, 512, 6, 7, 24, 3, attrs(1, 1, 1, 1, false, false), true, false, false},
+  };
+  std::mt19937 rng(2026);
+  for (const int threads : {1, 2}) {
+    ThreadsGuard guard(threads);
+    for (const Case& cs : cases) {
+      const std::string what = cs.name + ", " + dtype_name(act) + ", " + std::to_string(threads) + " threads";
+      const Tensor w = random_tensor({cs.o, cs.c / cs.attrs.groups, cs.k, cs.k}, rng, -0.5f, 0.5f);
+      const Tensor b = random_tensor({cs.o}, rng, -3.0f, 3.0f);
+      const float act_scale = 0.0371f;
+      const Conv2dInt8 conv(w, cs.bias ? &b : nullptr, cs.attrs, act, act_scale);
+      const Tensor qx = random_ints({cs.n, cs.h, cs.w, cs.c}, act, rng);
+      const Shape out = conv.output_shape(qx.shape());
+      Tensor y = Tensor::empty(out, DType::kF32);
+      Tensor residual;
+      if (cs.attrs.residual) residual = random_tensor(out, rng, -4.0f, 4.0f);
+      if (cs.residual_in_place) y = residual.clone();
+      Tensor scales;
+      const Tensor qw = Conv2dInt8::quantize_weights(w, &scales);
+      conv.run(qx, cs.attrs.residual ? (cs.residual_in_place ? &y : &residual) : nullptr, y);
+      const double err = worst_error(qx, conv, qw, cs.bias ? &b : nullptr, cs.attrs, cs.attrs.residual ? &residual : nullptr, y);
+      std::printf("  %-36s %-5s %d thr  %-26s err/S %.2e\n", cs.name.c_str(), dtype_name(act), threads,
+                  conv.impl_name(qx.shape()).c_str(), err);
+      EXPECT_LE(err, 6.0 / (1 << 24)) << what;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Activations, Conv2dInt8Cases, ::testing::Values(DType::kU8, DType::kI8),
+                         [](const auto& p) { return std::string(dtype_name(p.param)); });
+
+// An f32 input is quantized inside run() exactly as quantize() does it: the same bits out.
+TEST(Conv2dInt8, AnF32InputEqualsItsQuantizedInput) {
+  if (!has_int8_dot()) GTEST_SKIP() << "no exact int8 dot product on this CPU (" << isa_name() << ")";
+  Conv2dAttrs a;
+  a.pad_h = a.pad_w = 1;
+  a.relu = true;
+  const Conv2dInt8 conv(random_tensor({24, 16, 3, 3}, 7u), nullptr, a, DType::kU8, 0.02f);
+  const Tensor x = random_tensor({2, 9, 10, 16}, 8u, -1.0f, 6.0f);  // negatives and values past 255 steps
+  Tensor q = Tensor::empty(x.shape(), DType::kU8);
+  conv.quantize(x, q);
+  Tensor ya = Tensor::empty(conv.output_shape(x.shape()), DType::kF32), yb = Tensor::empty(ya.shape(), DType::kF32);
+  conv.run(x, nullptr, ya);
+  conv.run(q, nullptr, yb);
+  EXPECT_EQ(std::memcmp(ya.raw_data(), yb.raw_data(), ya.nbytes()), 0);
+}
+
+TEST(Conv2dInt8, RefusesWhatItCannotRun) {
+  if (!has_int8_dot()) {
+    test::expect_error(ErrorKind::kUnsupported, [] { Conv2dInt8(random_tensor({4, 4, 1, 1}, 1u), nullptr, {}, DType::kU8, 1.0f); },
+                       "int8 dot product");
+    return;
+  }
+  const Tensor w = random_tensor({8, 4, 1, 1}, 9u);
+  test::expect_invalid_input([&] { Conv2dInt8(w, nullptr, {}, DType::kF32, 1.0f); }, "u8 or i8");
+  test::expect_invalid_input([&] { Conv2dInt8(w, nullptr, {}, DType::kU8, 0.0f); }, "scale");
+  const Conv2dInt8 conv(w, nullptr, {}, DType::kU8, 0.5f);
+  Tensor y = Tensor::empty({1, 3, 3, 8}, DType::kF32);
+  Tensor s8 = Tensor::zeros({1, 3, 3, 4}, DType::kI8);
+  test::expect_invalid_input([&] { conv.run(s8, nullptr, y); }, "input");           // an i8 input to a u8 conv
+  const Tensor x = random_tensor({1, 3, 3, 4}, 10u);
+  test::expect_invalid_input([&] { conv.run(x, &y, y); }, "residual");              // no residual configured
+  const Tensor wrong = random_tensor({1, 3, 3, 5}, 11u);
+  test::expect_invalid_input([&] { conv.run(wrong, nullptr, y); }, "channels");
+}
+
+}  // namespace
+}  // namespace bev::cpu
