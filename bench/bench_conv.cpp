@@ -64,16 +64,14 @@ bev::cpu::Conv2dAttrs attrs_of(const ConvCase& cc) {
   return a;
 }
 
-void bm_conv(benchmark::State& state, const ConvCase& cc, Precision p, bool bf16_activations, bool allow_direct = true) {
-  const bev::cpu::Conv2dAttrs a = attrs_of(cc);
-  const Tensor w = filled({cc.o, cc.c, cc.k, cc.k}, 1);
-  const Tensor b = filled({cc.o}, 2);
-  const bev::cpu::Conv2d conv(w, &b, a, p, allow_direct);
-  const DType act = bf16_activations ? DType::kBF16 : DType::kF32;
-  const Tensor x = filled({cc.n, cc.h, cc.w, cc.c}, 3).to(act);
+// Times `conv` (cpu::Conv2d or cpu::Conv2dInt8) on x with the case's residual into an output of
+// `out_dtype`; reports GFLOP/s and % of the f32 peak (and of `p`'s peak when given).
+template <typename Conv>
+void time_conv(benchmark::State& state, const ConvCase& cc, const Conv& conv, const Tensor& x, DType out_dtype,
+               const Precision* p) {
   const Shape out = conv.output_shape(x.shape());
-  Tensor y = filled(out, 4).to(act);
-  const Tensor res = cc.residual == Residual::kSeparate ? filled(out, 5).to(act) : Tensor();
+  Tensor y = filled(out, 4).to(out_dtype);
+  const Tensor res = cc.residual == Residual::kSeparate ? filled(out, 5).to(out_dtype) : Tensor();
   const Tensor* r = cc.residual == Residual::kSeparate ? &res : cc.residual == Residual::kInPlace ? &y : nullptr;
   conv.run(x, r, y);  // creates the plan for this shape
   state.SetLabel(conv.impl_name(x.shape()));
@@ -83,41 +81,37 @@ void bm_conv(benchmark::State& state, const ConvCase& cc, Precision p, bool bf16
   }
   const double gflop = conv.flops(x.shape()) * 1e-9;
   state.counters["GFLOP/s"] = benchmark::Counter(gflop, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["pct_peak"] =
-      benchmark::Counter(gflop / peak(p) * 100.0, benchmark::Counter::kIsIterationInvariantRate);
+  if (p) {
+    state.counters["pct_peak"] =
+        benchmark::Counter(gflop / peak(*p) * 100.0, benchmark::Counter::kIsIterationInvariantRate);
+  }
   state.counters["pct_f32_peak"] =
       benchmark::Counter(gflop / peak(Precision::kF32) * 100.0, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void bm_conv(benchmark::State& state, const ConvCase& cc, Precision p, bool bf16_activations, bool allow_direct = true) {
+  const Tensor w = filled({cc.o, cc.c, cc.k, cc.k}, 1);
+  const Tensor b = filled({cc.o}, 2);
+  const bev::cpu::Conv2d conv(w, &b, attrs_of(cc), p, allow_direct);
+  const DType act = bf16_activations ? DType::kBF16 : DType::kF32;
+  time_conv(state, cc, conv, filled({cc.n, cc.h, cc.w, cc.c}, 3).to(act), act, &p);
 }
 
 // cpu::Conv2dInt8 at the same shape (issue 26): u8 activations (s8 for the stem, which reads the
 // image), per-channel s8 weights, f32 output. `int_input`: the input is already integers (the
 // conv alone); else f32 quantized inside the run (what a layer after an f32 op pays).
 void bm_conv_int8(benchmark::State& state, const ConvCase& cc, bool int_input) {
-  const bev::cpu::Conv2dAttrs a = attrs_of(cc);
   const Tensor w = filled({cc.o, cc.c, cc.k, cc.k}, 1);
   const Tensor b = filled({cc.o}, 2);
   const DType act = cc.name.find("stem") != std::string::npos ? DType::kI8 : DType::kU8;
-  const bev::cpu::Conv2dInt8 conv(w, &b, a, act, 1.0f / 127);
+  const bev::cpu::Conv2dInt8 conv(w, &b, attrs_of(cc), act, 1.0f / 127);
   Tensor x = filled({cc.n, cc.h, cc.w, cc.c}, 3);
   if (int_input) {
     Tensor q = Tensor::empty(x.shape(), act);
     conv.quantize(x, q);
     x = q;
   }
-  const Shape out = conv.output_shape(x.shape());
-  Tensor y = filled(out, 4);
-  const Tensor res = cc.residual == Residual::kSeparate ? filled(out, 5) : Tensor();
-  const Tensor* r = cc.residual == Residual::kSeparate ? &res : cc.residual == Residual::kInPlace ? &y : nullptr;
-  conv.run(x, r, y);
-  state.SetLabel(conv.impl_name(x.shape()));
-  for (auto _ : state) {
-    conv.run(x, r, y);
-    benchmark::DoNotOptimize(y.raw_data());
-  }
-  const double gflop = conv.flops(x.shape()) * 1e-9;
-  state.counters["GFLOP/s"] = benchmark::Counter(gflop, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["pct_f32_peak"] =
-      benchmark::Counter(gflop / peak(Precision::kF32) * 100.0, benchmark::Counter::kIsIterationInvariantRate);
+  time_conv(state, cc, conv, x, DType::kF32, nullptr);
 }
 
 // ResNet bottleneck stages (planes 64, 128, 256, 512; expansion 4) on an image of ih x iw.

@@ -195,6 +195,14 @@ class RunningServer {
   std::thread thread_;
 };
 
+// A counter or gauge of the server's /metrics (-1 when the request fails or the name is absent).
+inline double metric(httplib::Client& cli, const std::string& name) {
+  const auto m = cli.Get("/metrics");
+  if (!m) return -1;
+  const size_t at = m->body.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stod(m->body.substr(at + name.size() + 2));
+}
+
 inline std::string frames_path(const std::string& stream) { return "/v1/streams/" + stream + "/frames"; }
 
 // The library's detections for a sequence of frames on its own (one stream alone).
