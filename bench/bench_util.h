@@ -25,10 +25,19 @@ inline Tensor filled(const Shape& shape, uint32_t seed) {
 }
 
 // GFLOP/s of a large oneDNN matmul, measured once per process: the "% of peak" denominator.
+// int8 (GOP/s of u8 x s8) is measured on first use only: benchmarks that have no int8 row never pay.
 inline double peak(cpu::Precision p) {
   static const double f32 = cpu::measure_peak_gflops(cpu::Precision::kF32);
   static const double bf16 = cpu::measure_peak_gflops(cpu::Precision::kBF16);
-  return p == cpu::Precision::kF32 ? f32 : bf16;
+  switch (p) {
+    case cpu::Precision::kF32: return f32;
+    case cpu::Precision::kBF16: return bf16;
+    case cpu::Precision::kInt8: {
+      static const double int8 = cpu::measure_peak_gflops(cpu::Precision::kInt8);
+      return int8;
+    }
+  }
+  return 0;
 }
 
 // The start of main() for the oneDNN benchmarks: BEV_THREADS=n sizes the OpenMP team (default:

@@ -22,10 +22,11 @@ scales, activation ranges from --calib frames of images), compiled the same way.
 untimed, then --frames times; medians are reported. OpenVINO's f32 output is compared with the
 reference's (relative L2 per level) so that both sides provably run the same network.
 
-bevformer.cpp's side is `bevformer bench` at each precision it has (f32, bf16) with the same
-weights, threads and --frames: the median of its image stage over the timed frames. That stage is
-the backbone plus the FPN and the value projections (about 1% more work for tiny), so the ratio
-is slightly in OpenVINO's favour. It has no int8 yet: that row shows OpenVINO alone.
+bevformer.cpp's side is `bevformer bench` at each precision with the same weights, threads and
+--frames: the median of its image stage over the timed frames. That stage is the backbone plus the
+FPN and the value projections (about 1% more work for tiny), so the ratio is slightly in
+OpenVINO's favour. Its int8 is calibrated first by `bevformer calibrate` on --calib frames of the
+synthetic drive (N(0, 1) images, as NNCF's).
 Exit status: 0, 77 when torch or openvino is missing (the venv above), 1 on a mismatch."""
 # --export DIR (internal): run by /usr/bin/python3 with torch, writes DIR/backbone.onnx, the images
 # (images.npy, calib.npy) and the reference backbone's outputs on the images (want.npz).
@@ -67,9 +68,14 @@ def timed(fn, frames):
     return median(out)
 
 
-def ours(binary, config, weights, threads, frames, seed, precision):
+def ours(binary, config, weights, threads, frames, seed, precision, calib, tmp):
     cmd = [binary, "bench", "--config", config, "--weights", weights, "--threads", str(threads), "--frames",
            str(frames), "--seed", str(seed), "--precision", precision, "--no-peak", "--json"]
+    if precision == "int8":
+        calibration = os.path.join(tmp, "calibration.json")
+        subprocess.run([binary, "-q", "calibrate", "--config", config, "--weights", weights, "--threads", str(threads),
+                        "--synthetic", str(calib), "--seed", str(seed), "-o", calibration], check=True, stdout=sys.stderr)
+        cmd += ["--calibration", calibration]
     print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     if p.returncode != 0:
@@ -195,11 +201,10 @@ def main():
             except RuntimeError as e:  # OpenVINO refuses some graphs at some precisions: say so, go on
                 row["openvino_error"] = str(e).strip().splitlines()[-1][:300]
                 print(f"compare_openvino: OpenVINO {prec}: {row['openvino_error']}", file=sys.stderr)
-            if prec in ("f32", "bf16"):
-                row["bevformer_ms"], row["device"] = ours(args.bevformer, args.config, weights, args.threads, args.frames,
-                                                          args.seed, prec)
-                if "openvino_ms" in row:
-                    row["ratio"] = row["openvino_ms"] / row["bevformer_ms"]
+            row["bevformer_ms"], row["device"] = ours(args.bevformer, args.config, weights, args.threads, args.frames,
+                                                      args.seed, prec, args.calib, tmp)
+            if "openvino_ms" in row:
+                row["ratio"] = row["openvino_ms"] / row["bevformer_ms"]
             rows.append(row)
 
     out = {"config": name, "threads": args.threads, "frames": args.frames, "seed": args.seed,

@@ -27,6 +27,7 @@
 
 #include "backend/cpu/bottleneck.h"
 #include "backend/cpu/conv2d.h"
+#include "backend/cpu/conv2d_int8.h"
 #include "backend/cpu/onednn.h"
 #include "bevformer/error.h"
 #include "kernel_test_util.h"
@@ -307,6 +308,84 @@ TEST(Bottleneck, MixedDtypesAsTheImageStageHasThem) {
   Tensor y16 = Tensor::empty({1, 9, 4, 12}, DType::kBF16);
   with_ds.run(x32, y16, DType::kBF16);
   EXPECT_LE(worst(y16, block_ref(d, x32)), bf16_bound);
+}
+
+// The block in int8 precision (issue 26): the same weights with calibrated input steps (x s8,
+// t1 and t2 u8 after their ReLUs). Fused, it runs the int8 convs on strips; their sums are exact
+// in s32 and a pixel's quantization does not depend on the strip, so it must equal the int8 convs
+// run one by one, and both must stay within 8-bit quantization's error of the f32 block.
+TEST(Bottleneck, Int8EqualsTheInt8ConvsRunOneByOne) {
+  if (!has_int8_dot()) GTEST_SKIP() << "this CPU has no exact int8 dot product";
+  const Block f = block(11, 6, 11, true, 91);
+  const Tensor x = random_tensor({2, 13, 9, 11}, 92, -1.0f, 1.0f);
+  const Tensor y32 = conv_by_conv(f, x);
+  auto max_of = [](const Tensor& t) {
+    const float* p = t.data<float>();
+    return static_cast<float>(*std::max_element(p, p + t.numel(), [](float a, float b) { return std::fabs(a) < std::fabs(b); }));
+  };
+  Tensor t1 = Tensor::empty(f.c1.conv->output_shape(x.shape()), DType::kF32);
+  f.c1.conv->run(x, nullptr, t1);
+  Tensor t2 = Tensor::empty(t1.shape(), DType::kF32);
+  f.c2.conv->run(t1, nullptr, t2);
+  auto int8_of = [](const Member& m, float top, bool u8) {
+    Member q = m;
+    q.a.int8_step = std::fabs(top) / (u8 ? 255.0f : 127.0f);
+    q.a.int8_unsigned = u8;
+    q.conv = std::make_shared<const Conv2d>(m.w, &m.b, q.a, Precision::kInt8);
+    return q;
+  };
+  Block q;
+  q.c1 = int8_of(f.c1, 1.0f, false);
+  q.c2 = int8_of(f.c2, max_of(t1), true);
+  q.c3 = int8_of(f.c3, max_of(t2), true);
+  q.ds = int8_of(f.ds, 1.0f, false);
+  q.has_ds = true;
+  std::printf("int8 conv2 runs on %s\n", q.c2.conv->impl_name(t1.shape()).c_str());
+  const Tensor expect = conv_by_conv(q, x);
+  double diff2 = 0, ref2 = 0, worst_abs = 0;
+  for (int64_t i = 0; i < y32.numel(); ++i) {
+    const double d = static_cast<double>(expect.data<float>()[i]) - y32.data<float>()[i];
+    diff2 += d * d;
+    ref2 += static_cast<double>(y32.data<float>()[i]) * y32.data<float>()[i];
+  }
+  const double rel = std::sqrt(diff2 / ref2);
+  std::printf("int8 block against f32: relative L2 %.3g\n", rel);
+  EXPECT_GT(rel, 0) << "int8 did not run";
+  EXPECT_LT(rel, 3e-2);
+  for (int threads : {1, 2}) {
+    ThreadsGuard g(threads);
+    const Bottleneck fused(q.c1.conv, q.c2.conv, q.c3.conv, q.ds.conv, 1);
+    Tensor y = Tensor::empty(expect.shape(), DType::kF32);
+    fused.run(x, y, DType::kF32);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < y.numel(); ++i) {
+      const double d = std::fabs(static_cast<double>(y.data<float>()[i]) - expect.data<float>()[i]);
+      differ += d != 0;
+      worst_abs = std::max(worst_abs, d);
+    }
+    std::printf("threads %d: %lld of %lld int8 outputs differ from conv by conv, by at most %.3g\n", threads,
+                static_cast<long long>(differ), static_cast<long long>(y.numel()), worst_abs);
+    EXPECT_LE(worst_abs, 1e-6 * max_of(expect));
+  }
+}
+
+TEST(Conv2d, Int8PrecisionRunsUncalibratedConvsInF32AndRefusesStepsElsewhere) {
+  const Member m = member(7, 5, 3, true, false, 95, Precision::kF32);
+  const Conv2d plain(m.w, &m.b, m.a, Precision::kInt8);  // no step: an f32 conv, bit for bit
+  const Tensor x = random_tensor({1, 6, 5, 5}, 96, -1.0f, 1.0f);
+  Tensor a = Tensor::empty(plain.output_shape(x.shape()), DType::kF32), b = a.clone();
+  plain.run(x, nullptr, a);
+  m.conv->run(x, nullptr, b);
+  EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0);
+  Conv2dAttrs stepped = m.a;
+  stepped.int8_step = 0.01f;
+  try {
+    Conv2d(m.w, &m.b, stepped, Precision::kF32);
+    ADD_FAILURE() << "an int8 step in f32 precision was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
+    EXPECT_NE(std::string(e.what()).find("int8 precision"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Bottleneck, RejectsWhatItCannotRun) {

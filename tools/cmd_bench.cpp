@@ -23,9 +23,7 @@ Runner add_bench(CLI::App& app) {
   sub->add_option("--config", o->config, "tiny | small | base | upstream-style config JSON")->capture_default_str();
   sub->add_option("--weights", o->weights, "Checkpoint (default: seeded random weights of the config)");
   add_backend_option(sub, o->backend);
-  sub->add_option("--precision", o->precision, "f32 | bf16 (convolutions and matmuls)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"f32", "bf16"}));
+  add_precision_options(sub, o->precision, o->calibration);
   sub->add_option("--frames", o->frames, "Timed frames")->capture_default_str()->check(CLI::Range(1, 100000));
   sub->add_option("--warmup", o->warmup, "Untimed frames first (>= 2: plans recorded, history in use)")
       ->capture_default_str()

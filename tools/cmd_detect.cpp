@@ -1,6 +1,6 @@
 // bevformer detect FRAME... [--weights FILE] [--config C] [-o OUT.json] [--render OUT.png|.jpg]
 // [--video OUT.mp4 [--video-fps F]] [--gt INFO.json] [--dump DIR] [--nusc results_nusc.json [--resume]] [--shard K/N]
-// [--threads N] [--precision f32|bf16] [--backend B] [--batch N] [--top N]: frames in, detections out.
+// [--threads N] [--precision f32|bf16|int8 --calibration FILE] [--backend B] [--batch N] [--top N]: frames in, detections out.
 //
 // Dataset-scale runs: --nusc writes results_nusc.json one sample at a time (a crash keeps what was
 // done), --resume skips the scenes already written, --shard K/N runs the K-th of N scene-whole
@@ -49,6 +49,7 @@ struct DetectArgs {
   std::string shard;
   int threads = 0;
   std::string precision = "f32";
+  std::string calibration;
   std::string backend = "cpu";
   int batch = 1;
   int top = 5;
@@ -182,6 +183,7 @@ int run(const DetectArgs& a) {
   Knobs knobs;
   knobs.threads = a.threads;
   knobs.precision = a.precision;
+  knobs.calibration = a.calibration;
   knobs.backend = a.backend;
   log_info("detect: loading ", a.config,
            a.weights.empty() ? " with seeded random weights (no --weights): detections will be meaningless" : " with " + a.weights);
@@ -323,7 +325,7 @@ Runner add_detect(CLI::App& app) {
   sub->add_flag("--resume", a->resume, "With --nusc: keep the samples already in the file and skip the scenes they complete");
   sub->add_option("--shard", a->shard, "Run only the K-th of N parts (K/N, 1-based), split by scene so history stays on one worker");
   sub->add_option("--threads", a->threads, "CPU threads (0: one per hardware thread)")->capture_default_str()->check(CLI::Range(0, 1024));
-  sub->add_option("--precision", a->precision, "f32 | bf16")->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
+  add_precision_options(sub, a->precision, a->calibration);
   add_backend_option(sub, a->backend);
   sub->add_option("--batch", a->batch,
                   "Run frames of up to N streams as one batch (each stream's frames in order; identical results)")

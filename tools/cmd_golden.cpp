@@ -50,9 +50,8 @@ Runner add_golden(CLI::App& app) {
   sub->add_flag("--eager", a->options.eager,
                "Run every frame eagerly (default: record each stage once, then replay the plan)");
   add_backend_option(sub, a->options.backend);
-  sub->add_option("--precision", a->options.precision, "f32 | bf16 (convolutions and matmuls; shows bf16's error per stage)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"f32", "bf16"}));
+  add_precision_options(sub, a->options.precision, a->options.calibration)
+      ->description("f32 | bf16 | int8: shows its error per stage (int8 without --calibration calibrates on the set's own frames)");
   sub->add_option("--frames", a->options.max_frames, "Run only the first K frames (default: all)")
       ->check(at_least(1, "an integer >= 1", "POSITIVE"));
   return [a]() {

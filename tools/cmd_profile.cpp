@@ -30,9 +30,7 @@ Runner add_profile(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
   add_backend_option(sub, o->backend);
-  sub->add_option("--precision", o->precision, "f32 | bf16")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"f32", "bf16"}));
+  add_precision_options(sub, o->precision, o->calibration);
   sub->add_option("--seed", o->seed, "Seed of the random weights and the synthetic frames")->capture_default_str();
   sub->add_option("--top", o->top_ops, "Ops listed in summary.md")->capture_default_str()->check(CLI::Range(0, 100000));
   sub->add_option("-o,--output", o->out_dir, "Output directory (created)")->required();

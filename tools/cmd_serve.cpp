@@ -1,6 +1,6 @@
 // bevformer serve [--weights W] [--config C] [--host H] [--port P] [--workers N] [--queue N]
 // [--timeout S] [--max-body-mb N] [--max-inflight-mb N] [--max-cameras N] [--http-threads N]
-// [--max-connections N] [--read-timeout S] [--threads N] [--precision f32|bf16] [--max-streams N]
+// [--max-connections N] [--read-timeout S] [--threads N] [--precision f32|bf16|int8 --calibration FILE] [--max-streams N]
 // [--stream-ttl S] [--pipeline] [--max-batch N] [--batch-delay-ms D]: the HTTP API of docs/API.md. SIGTERM or SIGINT stops it
 // gracefully: new frames get 503, accepted ones finish, then it exits 0.
 #include <pthread.h>
@@ -54,6 +54,7 @@ struct ServeArgs {
   size_t http_threads = 64;
   int threads = 0;
   std::string precision = "f32";
+  std::string calibration;
   std::string backend = "cpu";
   size_t max_streams = 64;
   double stream_ttl = 600;
@@ -75,6 +76,7 @@ int run(const ServeArgs& a) {
   Knobs knobs;
   knobs.threads = a.threads;
   knobs.precision = a.precision;
+  knobs.calibration = a.calibration;
   knobs.backend = a.backend;
   knobs.max_streams = a.max_streams;
   knobs.stream_ttl_seconds = a.stream_ttl;
@@ -232,7 +234,7 @@ Runner add_serve(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_option("--threads", a->threads, "CPU threads for the kernels (0: one per hardware thread)")->capture_default_str()->check(CLI::Range(0, 1024));
-  sub->add_option("--precision", a->precision, "f32 | bf16")->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
+  add_precision_options(sub, a->precision, a->calibration);
   add_backend_option(sub, a->backend);
   sub->add_option("--max-streams", a->max_streams, "Streams kept; past it the least recently used is evicted")->capture_default_str();
   sub->add_option("--stream-ttl", a->stream_ttl, "Seconds an idle stream is kept")->capture_default_str();

@@ -20,6 +20,7 @@ Runner add_describe(CLI::App& app);
 Runner add_random_weights(CLI::App& app);
 Runner add_profile(CLI::App& app);
 Runner add_bench(CLI::App& app);
+Runner add_calibrate(CLI::App& app);
 Runner add_serve(CLI::App& app);
 Runner add_eval(CLI::App& app);
 Runner add_merge_results(CLI::App& app);
@@ -29,5 +30,7 @@ int report_exception();
 
 // --backend NAME (default "cpu"), listing the backends this binary was built with.
 CLI::Option* add_backend_option(CLI::App* sub, std::string& backend);
+// --precision f32|bf16|int8 and --calibration FILE (int8's activation ranges).
+CLI::Option* add_precision_options(CLI::App* sub, std::string& precision, std::string& calibration);
 
 }  // namespace bev::cli

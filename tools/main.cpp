@@ -97,6 +97,7 @@ int main(int argc, char** argv) {
   add(&bev::cli::add_random_weights);
   add(&bev::cli::add_profile);
   add(&bev::cli::add_bench);
+  add(&bev::cli::add_calibrate);
   add(&bev::cli::add_serve);
   add(&bev::cli::add_eval);
   add(&bev::cli::add_merge_results);

@@ -13,4 +13,13 @@ CLI::Option* add_backend_option(CLI::App* sub, std::string& backend) {
       ->capture_default_str();
 }
 
+CLI::Option* add_precision_options(CLI::App* sub, std::string& precision, std::string& calibration) {
+  sub->add_option("--calibration", calibration,
+                  "int8: the calibration file `bevformer calibrate` made for these weights");
+  return sub->add_option("--precision", precision,
+                         "f32 | bf16 (convolutions and matmuls) | int8 (the backbone's convs; needs --calibration)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16", "int8"}));
+}
+
 }  // namespace bev::cli

@@ -17,7 +17,8 @@ struct BenchOptions {
   std::string config = "tiny";    // preset (tiny | small | base) or upstream-style config JSON
   std::string weights;            // checkpoint (.pth / .safetensors); "" for seeded random weights
   uint64_t seed = 2026;           // random weights and synthetic frames
-  std::string precision = "f32";  // "f32" | "bf16"
+  std::string precision = "f32";  // "f32" | "bf16" | "int8"
+  std::string calibration;        // int8: `bevformer calibrate`'s file for these weights (and this seed)
   int threads = 0;                // CPU threads; <= 0: one per hardware thread
   int frames = 10;                // timed frames (>= 1)
   int warmup = 3;                 // untimed frames first (>= 2: the second is the first with history)

@@ -17,7 +17,9 @@ struct GoldenOptions {
   int max_frames = -1;      // run only the first max_frames frames; < 0: all of them
   std::string dump_dir;     // when set: write every tap and the detections as <dir>/frame<k>.safetensors
   bool eager = false;       // run every frame eagerly instead of recording the stages and replaying them
-  std::string precision = "f32";  // "f32" | "bf16": convolutions and matmuls in bf16 (its error, stage by stage)
+  std::string precision = "f32";  // "f32" | "bf16" | "int8": its error, stage by stage
+  // int8: the calibration file; "" calibrates on the set's own frames first (run_golden logs it).
+  std::string calibration;
   std::string backend = "cpu";    // available_backends() (bevformer/model.h)
 };
 

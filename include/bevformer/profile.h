@@ -31,7 +31,8 @@ struct ProfileOptions {
   int rounds = 3;                 // replays of each stage, timed op by op (and as many untimed)
   bool eager = false;             // add one eager frame with the stage signposts (a second, eager model)
   int threads = 0;                // CPU threads; <= 0: one per hardware thread
-  std::string precision = "f32";  // "f32" | "bf16"
+  std::string precision = "f32";  // "f32" | "bf16" | "int8"
+  std::string calibration;        // int8: `bevformer calibrate`'s file for these weights (and this seed)
   std::string out_dir;            // where the files go (created); "" writes nothing
   int top_ops = 15;               // ops listed in summary.md
   std::string backend = "cpu";    // available_backends() (bevformer/model.h)

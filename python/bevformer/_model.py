@@ -103,8 +103,9 @@ class BEVFormer:
 
     def __init__(self, config="tiny", weights=None, *, backend="cpu", precision="f32", threads=0,
                  pipeline=False, device=0, seed=2026, max_streams=64, stream_ttl_seconds=600.0,
-                 max_gap_seconds=10.0, replay=True, max_batch=8, profiling=False):
+                 max_gap_seconds=10.0, replay=True, max_batch=8, profiling=False, calibration=None):
         knobs = dict(backend=backend, device=device, threads=threads, precision=precision, seed=seed,
+                     calibration="" if calibration is None else os.fspath(calibration),
                      max_streams=max_streams, stream_ttl_seconds=stream_ttl_seconds,
                      max_gap_seconds=max_gap_seconds, replay=replay, pipeline=pipeline, max_batch=max_batch,
                      profiling=profiling)

@@ -102,6 +102,7 @@ bev::Knobs knobs_from(const py::dict& d) {
       else if (key == "device") k.device = v.cast<int>();
       else if (key == "threads") k.threads = v.cast<int>();
       else if (key == "precision") k.precision = v.cast<std::string>();
+      else if (key == "calibration") k.calibration = v.cast<std::string>();
       else if (key == "seed") k.seed = v.cast<uint64_t>();
       else if (key == "max_streams") k.max_streams = v.cast<size_t>();
       else if (key == "stream_ttl_seconds") k.stream_ttl_seconds = v.cast<double>();
@@ -112,7 +113,7 @@ bev::Knobs knobs_from(const py::dict& d) {
       else if (key == "profiling") k.profiling = v.cast<bool>();
       else {
         throw Error(ErrorKind::kInvalidInput, "an unknown knob").where("knobs: " + key)
-            .expected("backend, device, threads, precision, seed, max_streams, stream_ttl_seconds, max_gap_seconds, "
+            .expected("backend, device, threads, precision, calibration, seed, max_streams, stream_ttl_seconds, max_gap_seconds, "
                       "replay, pipeline, max_batch, profiling");
       }
     } catch (const py::cast_error&) {
@@ -130,6 +131,7 @@ py::dict knobs_dict(const bev::Knobs& k) {
   d["device"] = k.device;
   d["threads"] = k.threads;
   d["precision"] = k.precision;
+  d["calibration"] = k.calibration;
   d["seed"] = k.seed;
   d["max_streams"] = k.max_streams;
   d["stream_ttl_seconds"] = k.stream_ttl_seconds;

@@ -216,6 +216,7 @@ BenchReport run_bench(const BenchOptions& o) {
   EngineOptions engine_options;
   engine_options.backend = o.backend;
   engine_options.backend_options = {o.threads, precision, 0};
+  engine_options.calibration = o.calibration;
   engine_options.replay = !o.eager;
   engine_options.pipelined = o.pipeline;
   engine_options.profiling = true;  // detached while timing: one pointer test per op

@@ -14,6 +14,7 @@
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/taps.h"
+#include "runtime/calibrate.h"
 #include "runtime/engine.h"
 
 namespace bev {
@@ -156,9 +157,20 @@ GoldenReport run_golden(const std::string& dir, const GoldenOptions& options) {
   engine_options.replay = !options.eager;
   require_backend(engine_options.backend, engine_options.backend_options);
   report.precision = options.precision;
+  engine_options.calibration = options.calibration;
   std::unique_ptr<Engine> engine;
   {
     const Checkpoint checkpoint = load_checkpoint(set.checkpoint_path);
+    if (engine_options.backend_options.precision == Precision::kInt8 && options.calibration.empty()) {
+      log_info("golden: int8 without --calibration: calibrating on the set's ", frames, " frame(s) first");
+      engine_options.calibration = "the golden set's own frames";
+      engine_options.calibration_data = std::make_shared<const Calibration>(
+          measure_calibration(cfg, checkpoint, engine_options, [&](Engine& e, int64_t k) {
+            if (static_cast<size_t>(k) >= frames) return false;
+            e.runner().forward(frame_input(load_golden_frame(set, static_cast<size_t>(k))));
+            return true;
+          }));
+    }
     engine = Engine::create(cfg, checkpoint, engine_options);
   }
   report.backend = engine->backend_info().summary();

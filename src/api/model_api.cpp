@@ -118,6 +118,7 @@ std::unique_ptr<Model> Model::load(const std::string& config, const std::string&
   options.replay = knobs.replay;
   options.pipelined = knobs.pipeline;
   options.profiling = knobs.profiling;
+  options.calibration = knobs.calibration;
   if (knobs.max_batch < 1) {
     throw Error(ErrorKind::kInvalidInput, "max_batch " + std::to_string(knobs.max_batch)).where("knobs").expected("at least 1");
   }
@@ -137,7 +138,10 @@ std::unique_ptr<Model> Model::load(const std::string& config, const std::string&
   s.engine = Engine::create(cfg, ck, options);
   s.max_batch = knobs.max_batch;
   for (const auto& [name, t] : ck.tensors()) s.weight_bytes += t.nbytes();
-  s.fingerprint = model_fingerprint(cfg, ck, knobs.backend, knobs.precision);  // fleet history handoff
+  // Fleet history handoff: an int8 model's numbers depend on its calibration too.
+  const Calibration* calibration = s.engine->calibration();
+  s.fingerprint = model_fingerprint(cfg, ck, knobs.backend,
+                                    calibration ? knobs.precision + "\n" + calibration->dump() : knobs.precision);
   log_info("model: ", cfg.name, " ready in ", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
            " s on ", s.engine->backend_info().summary());
   return m;

@@ -162,6 +162,7 @@ ProfileReport run_profile(const ProfileOptions& o) {
   EngineOptions engine_options;
   engine_options.backend = o.backend;
   engine_options.backend_options = {o.threads, precision, 0};
+  engine_options.calibration = o.calibration;
   engine_options.profiling = true;
   require_backend(engine_options.backend, engine_options.backend_options);
   std::unique_ptr<Engine> engine;

@@ -61,9 +61,12 @@ inline constexpr OpKind kAllOps[] = {
 
 const char* op_name(OpKind kind);
 
-enum class Precision : uint8_t { kF32, kBF16 };
+// kInt8: f32 everywhere except the convolutions the model prepared with a calibrated input step
+// (Conv2dAttrs::int8_step: the backbone's but its stem, docs/PERF.md "int8 precision"), which
+// multiply int8 inputs by int8 weights.
+enum class Precision : uint8_t { kF32, kBF16, kInt8 };
 const char* precision_name(Precision p);
-// "f32" | "bf16" -> Precision; anything else throws Error(kInvalidInput) naming `where`.
+// "f32" | "bf16" | "int8" -> Precision; anything else throws Error(kInvalidInput) naming `where`.
 Precision parse_precision(const std::string& name, const std::string& where);
 
 // ---- attributes, one struct per op that has any ----
@@ -75,6 +78,11 @@ struct Conv2dAttrs {
   int groups = 1;
   bool relu = false;
   bool residual = false;  // y = act(conv(x) + bias + residual)
+  // int8 precision: the f32 value of one integer step of the input (from calibration: the input's
+  // largest magnitude / 255 or / 127), and whether the input is u8 (it follows a ReLU, so it is
+  // never negative) or s8. 0: the conv runs in f32.
+  float int8_step = 0;
+  bool int8_unsigned = false;
 };
 
 // A stride-1 ResNet bottleneck as one op (see Ops::bottleneck): the members' prepared convs, in

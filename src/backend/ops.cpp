@@ -58,12 +58,20 @@ int64_t conv_out(int64_t in, int k, int stride, int pad, int dil) {
 
 const char* op_name(OpKind kind) { return kOpNames[static_cast<size_t>(kind)]; }
 
-const char* precision_name(Precision p) { return p == Precision::kF32 ? "f32" : "bf16"; }
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::kF32: return "f32";
+    case Precision::kBF16: return "bf16";
+    case Precision::kInt8: return "int8";
+  }
+  return "?";
+}
 
 Precision parse_precision(const std::string& name, const std::string& where) {
   if (name == "f32") return Precision::kF32;
   if (name == "bf16") return Precision::kBF16;
-  throw Error(ErrorKind::kInvalidInput, "precision '" + name + "'").where(where).expected("f32 or bf16");
+  if (name == "int8") return Precision::kInt8;
+  throw Error(ErrorKind::kInvalidInput, "precision '" + name + "'").where(where).expected("f32, bf16 or int8");
 }
 
 // ---- weights ----

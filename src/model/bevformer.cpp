@@ -28,9 +28,11 @@ Tensor nchw(const Tensor& nhwc) { return nhwc.permute({0, 3, 1, 2}); }
 
 }  // namespace
 
-BevFormer::BevFormer(ModelConfig cfg, const Checkpoint& checkpoint, Ops& ops) : cfg_(std::move(cfg)) {
+BevFormer::BevFormer(ModelConfig cfg, const Checkpoint& checkpoint, Ops& ops, const Calibration* calibration,
+                     const std::string& calibration_source)
+    : cfg_(std::move(cfg)) {
   validate_config(cfg_);
-  const WeightSource w(cfg_, checkpoint);
+  const WeightSource w(cfg_, checkpoint, calibration, calibration_source);
   resnet_ = load_resnet(ops, w, cfg_.backbone);
   fpn_ = load_fpn(ops, w, cfg_.neck);
   const std::string tr = "pts_bbox_head.transformer";

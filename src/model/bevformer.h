@@ -14,6 +14,7 @@
 #include "core/tensor.h"
 #include "io/checkpoint.h"
 #include "model/attention.h"
+#include "model/calibration.h"
 #include "model/coder.h"
 #include "model/config.h"
 #include "model/decoder.h"
@@ -76,7 +77,10 @@ class BevFormer {
   // Binds and validates every weight the config needs (all problems reported at once), prepares
   // the weighted ops and uploads every other weight through `ops` to its backend. The checkpoint
   // need not outlive the model.
-  BevFormer(ModelConfig cfg, const Checkpoint& checkpoint, Ops& ops);
+  // In int8 precision `calibration` gives the input ranges of the convs that run in int8 (read
+  // from `calibration_source`, named in errors).
+  BevFormer(ModelConfig cfg, const Checkpoint& checkpoint, Ops& ops, const Calibration* calibration = nullptr,
+            const std::string& calibration_source = {});
 
   const ModelConfig& config() const { return cfg_; }
 

@@ -26,7 +26,10 @@ BottleneckWeights load_bottleneck(Ops& ops, const WeightSource& w, const Backbon
   BottleneckWeights b;
   b.dcn = dcn;
   b.has_downsample = downsample;
-  b.conv1 = load_conv_bn(ops, w, p + ".conv1", p + ".bn1", cfg.norm_eps, conv_attrs(s1, 0, true));
+  // int8 precision runs every conv but the stem (3 input channels: too few for int8's 4-wide dot
+  // products) and DCNv2's offsets and sampling (f32 kernels of ours) in int8; the labels are those
+  // bottleneck_forward gives the ops, the calibration's keys.
+  b.conv1 = load_conv_bn(ops, w, p + ".conv1", p + ".bn1", cfg.norm_eps, conv_attrs(s1, 0, true), p + ".conv1");
   if (dcn) {
     const Tensor off_b = w.get(p + ".conv2.conv_offset.bias");
     b.conv2_offset = ops.prepare_conv2d(w.get(p + ".conv2.conv_offset.weight"), &off_b, conv_attrs(s2, 1, false));
@@ -36,11 +39,12 @@ BottleneckWeights load_bottleneck(Ops& ops, const WeightSource& w, const Backbon
                     &fw, &fb);
     b.conv2 = ops.prepare_deform_conv2d(fw, &fb, {.stride = s2, .pad = 1, .dilation = 1});
   } else {
-    b.conv2 = load_conv_bn(ops, w, p + ".conv2", p + ".bn2", cfg.norm_eps, conv_attrs(s2, 1, true));
+    b.conv2 = load_conv_bn(ops, w, p + ".conv2", p + ".bn2", cfg.norm_eps, conv_attrs(s2, 1, true), p + ".conv2");
   }
-  b.conv3 = load_conv_bn(ops, w, p + ".conv3", p + ".bn3", cfg.norm_eps, conv_attrs(1, 0, true, true));
+  b.conv3 = load_conv_bn(ops, w, p + ".conv3", p + ".bn3", cfg.norm_eps, conv_attrs(1, 0, true, true), p + ".conv3");
   if (downsample) {
-    b.downsample = load_conv_bn(ops, w, p + ".downsample.0", p + ".downsample.1", cfg.norm_eps, conv_attrs(stride, 0, false));
+    b.downsample = load_conv_bn(ops, w, p + ".downsample.0", p + ".downsample.1", cfg.norm_eps,
+                                conv_attrs(stride, 0, false), p + ".downsample");
   }
   if (!dcn && Ops::bottleneck_fusable(b.conv1, b.conv2, b.conv3, downsample ? &b.downsample : nullptr)) {
     const DType act = ops.backend().precision() == Precision::kBF16 ? DType::kBF16 : DType::kF32;

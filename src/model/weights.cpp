@@ -9,7 +9,9 @@
 
 namespace bev {
 
-WeightSource::WeightSource(const ModelConfig& cfg, const Checkpoint& checkpoint) : checkpoint_(checkpoint) {
+WeightSource::WeightSource(const ModelConfig& cfg, const Checkpoint& checkpoint, const Calibration* calibration,
+                           std::string calibration_source)
+    : checkpoint_(checkpoint), calibration_(calibration), calibration_source_(std::move(calibration_source)) {
   std::vector<std::pair<std::string, TensorMeta>> metas;
   metas.reserve(checkpoint.size());
   for (const auto& [name, t] : checkpoint.tensors()) metas.push_back({name, {t.dtype(), t.shape()}});
@@ -27,6 +29,16 @@ Tensor WeightSource::get(const std::string& name) const {
   return t->dtype() == DType::kF32 ? t->contiguous() : t->to(DType::kF32);
 }
 
+Conv2dAttrs WeightSource::int8_input(Ops& ops, const std::string& label, Conv2dAttrs attrs) const {
+  if (ops.backend().precision() != Precision::kInt8) return attrs;
+  if (calibration_ == nullptr) {
+    throw Error(ErrorKind::kInvalidInput, "int8 precision without a calibration")
+        .expected("the activation ranges of these weights (--calibration FILE)")
+        .hint("make the file once with `bevformer calibrate --config C --weights W -o FILE`");
+  }
+  return calibration_->quantized(label, attrs, calibration_source_.empty() ? "calibration" : calibration_source_);
+}
+
 LayerNormWeights load_layer_norm(Ops& ops, const WeightSource& w, const std::string& prefix) {
   return {ops.constant(w.get(prefix + ".weight")), ops.constant(w.get(prefix + ".bias"))};
 }
@@ -41,7 +53,8 @@ PreparedWeights load_linear(Ops& ops, const WeightSource& w, const std::string& 
 }
 
 PreparedWeights load_conv_bn(Ops& ops, const WeightSource& w, const std::string& conv, const std::string& bn,
-                             double eps, Conv2dAttrs attrs) {
+                             double eps, Conv2dAttrs attrs, const std::string& int8_label) {
+  if (!int8_label.empty()) attrs = w.int8_input(ops, int8_label, attrs);
   Tensor folded_w, folded_b;
   fold_batch_norm(w.get(conv + ".weight"), nullptr, w.get(bn + ".weight"), w.get(bn + ".bias"),
                   w.get(bn + ".running_mean"), w.get(bn + ".running_var"), static_cast<float>(eps), &folded_w,

@@ -9,6 +9,7 @@
 #include "backend/ops.h"
 #include "core/tensor.h"
 #include "io/checkpoint.h"
+#include "model/calibration.h"
 #include "model/config.h"
 
 namespace bev {
@@ -16,13 +17,23 @@ namespace bev {
 class WeightSource {
  public:
   // Throws Error(kInvalidInput) with the validation report when the checkpoint does not fit cfg.
-  WeightSource(const ModelConfig& cfg, const Checkpoint& checkpoint);
+  // `calibration` (int8 precision): the input ranges of the convs int8 runs, read from
+  // `calibration_source` (named in errors).
+  WeightSource(const ModelConfig& cfg, const Checkpoint& checkpoint, const Calibration* calibration = nullptr,
+               std::string calibration_source = {});
 
   // The tensor as contiguous f32 (converted from f16/bf16/f64); throws kNotFound naming it.
   Tensor get(const std::string& name) const;
 
+  // The attributes of conv `label` (its op label) as `ops`' backend runs it: in int8 precision
+  // with the calibrated input step; otherwise unchanged. Error(kInvalidInput) in int8 precision
+  // without a calibration or without a range for `label`.
+  Conv2dAttrs int8_input(Ops& ops, const std::string& label, Conv2dAttrs attrs) const;
+
  private:
   const Checkpoint& checkpoint_;
+  const Calibration* calibration_;
+  std::string calibration_source_;
 };
 
 // nn.LayerNorm: `<prefix>.weight`, `<prefix>.bias`.
@@ -37,7 +48,8 @@ Tensor layer_norm_forward(Ops& ops, const LayerNormWeights& ln, const Tensor& x,
 PreparedWeights load_linear(Ops& ops, const WeightSource& w, const std::string& prefix, bool relu = false);
 
 // nn.Conv2d `<conv>.weight` (no bias) followed by eval-mode nn.BatchNorm2d `<bn>.*`, folded.
+// int8_label: the conv's op label, when int8 precision runs it in int8 (WeightSource::int8_input).
 PreparedWeights load_conv_bn(Ops& ops, const WeightSource& w, const std::string& conv, const std::string& bn,
-                             double eps, Conv2dAttrs attrs);
+                             double eps, Conv2dAttrs attrs, const std::string& int8_label = {});
 
 }  // namespace bev

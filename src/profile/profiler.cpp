@@ -199,7 +199,8 @@ double op_bytes(const OpNode& n, Precision precision) {
     case OpKind::conv2d:
     case OpKind::deform_conv2d:
     case OpKind::linear: {
-      const double w = product(n.weight_shape) * weight_element;
+      const auto* conv = std::get_if<Conv2dAttrs>(&n.attrs);
+      const double w = product(n.weight_shape) * (conv && conv->int8_step > 0 ? 1 : weight_element);
       const double bias = n.weight_shape.empty() ? 0 : static_cast<double>(n.weight_shape[0]) * 4;
       return in + out + w + bias;
     }

@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "profile/profiler.h"
+#include "runtime/calibrate.h"
 
 namespace bev {
 
@@ -17,7 +18,9 @@ struct Engine::Impl {
   EngineOptions options;
   std::unique_ptr<Backend> device;              // from the registry
   std::unique_ptr<ProfilingBackend> profiling;  // over `device` when asked
-  Backend* backend = nullptr;                   // what ops run on: profiling or device
+  std::unique_ptr<CalibratingBackend> calibrating;  // over `device` when recording a calibration
+  Backend* backend = nullptr;                   // what ops run on: profiling, calibrating or device
+  std::shared_ptr<const Calibration> calibration;  // int8
   std::unique_ptr<BevFormer> model;
   std::unique_ptr<StageRunner> runner;
   std::unique_ptr<StreamRegistry> streams;
@@ -35,15 +38,28 @@ std::unique_ptr<Engine> Engine::create(const ModelConfig& cfg, const Checkpoint&
   s.options = options;
   s.device = make_backend(options.backend, options.backend_options);
   s.backend = s.device.get();
+  if (options.record_calibration) {
+    if (options.profiling || options.backend_options.precision != Precision::kF32) {
+      throw Error(ErrorKind::kInvalidInput, "recording a calibration with profiling or in " +
+                                                std::string(precision_name(options.backend_options.precision)))
+          .expected("an f32 model without profiling");
+    }
+    s.options.replay = false;  // eager: each conv's input is there as it runs
+    s.calibrating = std::make_unique<CalibratingBackend>(*s.device, options.record_calibration);
+    s.backend = s.calibrating.get();
+  }
   if (options.profiling) {
     s.profiling = std::make_unique<ProfilingBackend>(*s.device);
     s.backend = s.profiling.get();
   }
+  s.calibration = options.calibration_data
+                      ? options.calibration_data
+                      : load_calibration_for(options.calibration, options.backend_options.precision, cfg, checkpoint);
   {
     Ops load(*s.backend);
-    s.model = std::make_unique<BevFormer>(cfg, checkpoint, load);
+    s.model = std::make_unique<BevFormer>(cfg, checkpoint, load, s.calibration.get(), options.calibration);
   }
-  s.runner = std::make_unique<StageRunner>(*s.model, *s.backend, options.replay, options.pipelined);
+  s.runner = std::make_unique<StageRunner>(*s.model, *s.backend, s.options.replay, options.pipelined);
   s.runner->set_adaptive_batching(options.adaptive_batching);
   s.streams = std::make_unique<StreamRegistry>(options.streams);
   s.prepare_pool = std::make_unique<ThreadPool>(options.backend_options.threads);
@@ -54,6 +70,7 @@ const ModelConfig& Engine::config() const { return impl_->model->config(); }
 const BevFormer& Engine::model() const { return *impl_->model; }
 Backend& Engine::backend() { return *impl_->backend; }
 ProfilingBackend* Engine::profiling() { return impl_->profiling.get(); }
+const Calibration* Engine::calibration() const { return impl_->calibration.get(); }
 BackendInfo Engine::backend_info() const { return impl_->device->info(); }
 StageRunner& Engine::runner() { return *impl_->runner; }
 StreamRegistry& Engine::streams() { return *impl_->streams; }

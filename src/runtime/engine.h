@@ -35,6 +35,13 @@ struct EngineOptions {
   // detect_batch runs the batch size measured fastest per frame (StageRunner::set_adaptive_batching).
   bool adaptive_batching = true;
   StreamLimits streams;
+  // int8 precision: the calibration file (model/calibration.h), checked against the weights, or
+  // one already measured (calibration_data; `calibration` then only names it in errors).
+  std::string calibration;
+  std::shared_ptr<const Calibration> calibration_data;
+  // Calibrating: every conv's input range is widened into *record_calibration as it runs (an
+  // f32 model, eager and conv by conv: runtime/calibrate.h). Not with profiling.
+  Calibration* record_calibration = nullptr;
 };
 
 // What a frame's caller wants beyond its detections.
@@ -88,6 +95,8 @@ class Engine {
   StageRunner& runner();
   StreamRegistry& streams();
   const EngineOptions& options() const;
+  // The int8 calibration the model was built with (null in other precisions).
+  const Calibration* calibration() const;
 
   // One frame of a stream: images decoded and preprocessed (image paths relative to base_dir),
   // the stream's history reset where its rules say, both stages run, the history carried on.

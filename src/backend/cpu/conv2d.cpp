@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/cpu/conv2d_int8.h"
 #include "backend/cpu/direct1x1.h"
 #include "backend/cpu/onednn.h"
 
@@ -54,6 +55,8 @@ struct Conv2d::State {
 
   PackedWeights weights;  // the first layout made at construction, for a representative map
   std::shared_ptr<const Direct1x1> direct;  // set when this conv runs on our 1x1 kernel instead
+  // Set when it runs in int8 (int8 precision, attrs.int8_step > 0): then nothing above is used.
+  std::shared_ptr<const Conv2dInt8> int8;
 
   // Everything one input shape needs, created on its first run.
   struct Plan {
@@ -300,6 +303,17 @@ Conv2d::Conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs&
     invalid("weight is " + weight_oihw.describe() + " with groups " + std::to_string(attrs.groups),
             "non-empty extents and O divisible by groups");
   }
+  if (attrs.int8_step != 0) {
+    if (precision != Precision::kInt8) {
+      invalid("an int8 input step in " + std::string(precision_name(precision)) + " precision", "int8 precision");
+    }
+    // Conv2dInt8 checks the step and the CPU, quantizes the weights and packs them; nothing in f32.
+    s.int8 = std::make_shared<const Conv2dInt8>(weight_oihw, bias, attrs,
+                                                attrs.int8_unsigned ? DType::kU8 : DType::kI8, attrs.int8_step);
+    return;
+  }
+  // The convs int8 precision leaves in f32 (no calibrated step) are f32 convs in every way.
+  const Precision arithmetic = precision == Precision::kInt8 ? Precision::kF32 : precision;
   if (bias) {
     check_f32("bias", *bias);
     if (bias->shape() != Shape{s.out_ch}) invalid("bias is " + bias->describe(), "f32[" + std::to_string(s.out_ch) + "]");
@@ -321,7 +335,7 @@ Conv2d::Conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs&
   const int64_t rep_w = (s.kw - 1) * attrs.dilation_w + 1 + 16 * attrs.stride_w;
   const auto pd = s.make_pd(1, rep_h, rep_w, s.weights_any_md());
   s.weights = PackedWeights(reordered(user, pd.weights_desc()));
-  if (allow_direct && Direct1x1::supports(attrs, s.in_ch_per_group * attrs.groups, s.out_ch, s.kh, s.kw, precision)) {
+  if (allow_direct && Direct1x1::supports(attrs, s.in_ch_per_group * attrs.groups, s.out_ch, s.kh, s.kw, arithmetic)) {
     s.direct = std::make_shared<const Direct1x1>(w, bias, attrs.relu);
   }
 }
@@ -343,8 +357,13 @@ Conv2d Conv2d::with_attrs(const Conv2dAttrs& attrs) const {
   d->kh = s.kh;
   d->kw = s.kw;
   d->bias = s.bias;  // read-only after construction: the handles may share it
+  if (s.int8) {
+    d->int8 = std::make_shared<const Conv2dInt8>(s.int8->with_attrs(attrs));
+    return Conv2d(std::move(d));
+  }
   if (s.direct && attrs.relu == s.attrs.relu &&
-      Direct1x1::supports(attrs, s.in_ch_per_group * attrs.groups, s.out_ch, s.kh, s.kw, s.precision)) {
+      Direct1x1::supports(attrs, s.in_ch_per_group * attrs.groups, s.out_ch, s.kh, s.kw,
+                          s.precision == Precision::kInt8 ? Precision::kF32 : s.precision)) {
     d->direct = s.direct;
   }
   {
@@ -388,6 +407,7 @@ double Conv2d::flops(const Shape& in) const {
 
 std::string Conv2d::impl_name(const Shape& in) const {
   output_shape(in);  // validates
+  if (state_->int8) return state_->int8->impl_name(in);
   if (state_->direct) return "bev:direct1x1:avx512";
   std::lock_guard<std::mutex> lock(state_->mu);
   const State::Plan& p = state_->plan_for(in[0], in[1], in[2]);  // the descriptors only: no run lock
@@ -397,6 +417,10 @@ std::string Conv2d::impl_name(const Shape& in) const {
 
 void Conv2d::run(const Tensor& x, const Tensor* residual, Tensor& y, int lane) const {
   State& s = *state_;
+  if (s.int8) {  // f32 input, output and residual, checked there as here
+    s.int8->run(x, residual, y, lane);
+    return;
+  }
   check_activation("input", x, s.precision);
   const Shape out = output_shape(x.shape());
   check_activation("output", y, s.precision);

@@ -224,6 +224,34 @@ Conv2dInt8::Conv2dInt8(const Tensor& weight_oihw, const Tensor* bias, const Conv
   s.plan_for(1, rep_h, rep_w, act, 0);  // the weights in the layout a representative map runs on
 }
 
+Conv2dInt8::Conv2dInt8(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+Conv2dInt8 Conv2dInt8::with_attrs(const Conv2dAttrs& attrs) const {
+  const State& s = *state_;
+  if (attrs.groups != s.attrs.groups || attrs.stride_h < 1 || attrs.stride_w < 1 || attrs.dilation_h < 1 ||
+      attrs.dilation_w < 1 || attrs.pad_h < 0 || attrs.pad_w < 0) {
+    invalid("derived attributes (groups " + std::to_string(attrs.groups) + ")",
+            "groups " + std::to_string(s.attrs.groups) + ", stride and dilation >= 1, pad >= 0");
+  }
+  auto d = std::make_unique<State>();
+  d->attrs = attrs;
+  d->act = s.act;
+  d->act_scale = s.act_scale;
+  d->out_ch = s.out_ch;
+  d->in_ch_per_group = s.in_ch_per_group;
+  d->kh = s.kh;
+  d->kw = s.kw;
+  d->q_weights = s.q_weights;  // read-only after construction: the handles may share them
+  d->w_scales = s.w_scales;
+  d->out_scales = s.out_scales;
+  d->bias = s.bias;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    d->weights = s.weights;
+  }
+  return Conv2dInt8(std::move(d));
+}
+
 Conv2dInt8::~Conv2dInt8() = default;
 Conv2dInt8::Conv2dInt8(Conv2dInt8&&) noexcept = default;
 Conv2dInt8& Conv2dInt8::operator=(Conv2dInt8&&) noexcept = default;

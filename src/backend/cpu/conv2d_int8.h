@@ -5,9 +5,9 @@
 // VNNI (and AMX-int8) multiply u8 by s8 exactly; without them oneDNN 2.x emulates with saturating
 // or halved products, so the class refuses machines without an exact int8 dot product.
 //
-// It stands alone for now: not an op kind and not behind a Precision, so that its accuracy and its
-// speed against f32 and bf16 are known (tests/test_op_conv2d_int8.cpp, bench_conv's int8 rows)
-// before calibration and the model's int8 path are built on it.
+// In the model it runs inside cpu::Conv2d when the backend's precision is int8 and the conv was
+// prepared with a calibrated input step (Conv2dAttrs::int8_step); tests/test_op_conv2d_int8.cpp
+// checks it against an integer reference, bench_conv's int8 rows time it.
 #pragma once
 
 #include <memory>
@@ -34,6 +34,10 @@ class Conv2dInt8 {
   Conv2dInt8(Conv2dInt8&&) noexcept;
   Conv2dInt8& operator=(Conv2dInt8&&) noexcept;
 
+  // The same quantized weights, scales and bias under other attributes (same kernel and groups),
+  // as Conv2d::with_attrs: the fused bottleneck's 3x3 on strips of rows.
+  Conv2dInt8 with_attrs(const Conv2dAttrs& attrs) const;
+
   Shape output_shape(const Shape& input_nhwc) const;
   // x: NHWC, contiguous host f32 (quantized here, into the thread's conversion scratch) or
   // already of act(); y: f32 NHWC; residual as in Conv2d::run (f32; in place when it is y).
@@ -50,6 +54,7 @@ class Conv2dInt8 {
 
  private:
   struct State;
+  explicit Conv2dInt8(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };
 

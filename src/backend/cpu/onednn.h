@@ -113,7 +113,8 @@ void expect_f32_contiguous(const char* op, const char* name, const Tensor& t);  
 bool overlaps(const Tensor& a, const Tensor& b);
 
 // This machine's measured matmul rate in GFLOP/s: best of `repeats` runs of a size^3 oneDNN
-// matmul (f32, or bf16 sources with f32 accumulation and output). The denominator for "% of
+// matmul (f32; bf16 sources with f32 accumulation and output; int8: u8 x s8 into s32, in GOP/s
+// but named GFLOP/s like the others). The denominator for "% of
 // peak" in benchmarks and profiles. Best-of rather than median, because on a shared machine the
 // best run is the one closest to what the cores can do; about a second at the defaults.
 double measure_peak_gflops(Precision precision, int64_t size = 2048, int repeats = 10);

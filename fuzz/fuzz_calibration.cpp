@@ -1,0 +1,24 @@
+// libFuzzer target: the int8 calibration file reader (model/calibration.h). A file that parses
+// must come back equal from its own text, and every range must give a usable int8 step.
+#include <cmath>
+#include <cstdint>
+#include <string_view>
+
+#include "bevformer/error.h"
+#include "model/calibration.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  bev::Calibration c;
+  try {
+    c = bev::Calibration::parse(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.json");
+  } catch (const bev::Error&) {
+    return 0;
+  }
+  const bev::Calibration again = bev::Calibration::parse(c.dump(), "fuzz.json (rewritten)");
+  if (again.dump() != c.dump() || again.ranges.size() != c.ranges.size()) __builtin_trap();
+  for (const auto& [label, r] : c.ranges) {
+    const bev::Conv2dAttrs a = c.quantized(label, {}, "fuzz.json");
+    if (!(a.int8_step > 0) || !std::isfinite(a.int8_step) || a.int8_unsigned != (r.min >= 0)) __builtin_trap();
+  }
+  return 0;
+}

@@ -1,0 +1,42 @@
+// Calibration for int8 precision, the public face of `bevformer calibrate`: frames run through
+// the model in f32 (eager, conv by conv, with history as a stream runs them) while every conv's
+// input range is recorded; the ranges are saved to a file that `--precision int8
+// --calibration FILE` reads (docs/PERF.md "int8"). The file names the config and weights it was
+// measured on, and a model of other weights refuses it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace bev {
+
+struct CalibrateOptions {
+  std::string config = "tiny";  // preset (tiny | small | base) or upstream-style config JSON
+  std::string weights;          // checkpoint (.pth / .safetensors); "" for seeded random weights
+  uint64_t seed = 2026;         // random weights and the synthetic drive
+  // Frame JSON files (bevformer/frame.h), run in the order given: each stream's frames in its
+  // order, with history. Empty: `synthetic` frames of the synthetic drive (seed).
+  std::vector<std::string> frames;
+  int synthetic = 8;
+  int threads = 0;              // CPU threads; <= 0: one per hardware thread
+  std::string backend = "cpu";  // available_backends() (bevformer/model.h)
+  std::string output;           // the calibration file written (required)
+};
+
+struct CalibrateReport {
+  std::string output, config, weights;
+  std::string model;   // the fingerprint of config and weights the file records
+  int64_t frames = 0;  // frames observed
+  size_t convs = 0;    // convs with a range
+  double seconds = 0;
+};
+
+// Runs the frames and writes options.output (atomically). Error(kInvalidInput) for bad options
+// or frames, as `detect` would give them.
+CalibrateReport run_calibrate(const CalibrateOptions& options);
+
+// A few lines for the terminal.
+std::string format_calibrate(const CalibrateReport& report);
+
+}  // namespace bev
