@@ -158,7 +158,7 @@ double stage_error(const GoldenFrameResult& f, const std::string& name) {
 }
 
 TEST(Int8, GoldenMicroStaysWithinItsBoundsStageByStage) {
-  // Every backbone conv but the stem in int8 (per-output-channel weight steps, the calibrated
+  // Every backbone conv in int8 (per-output-channel weight steps, the calibrated
   // input step), everything else f32; calibrated on the set's own three frames. The bounds are
   // 8-bit quantization's: each int8 conv adds about step / sqrt(12) per input, ~0.5% of an
   // activation's range; 3e-2 allows for the few convs that compound within the backbone, 1e-2

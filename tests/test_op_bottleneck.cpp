@@ -340,6 +340,15 @@ TEST(Bottleneck, Int8EqualsTheInt8ConvsRunOneByOne) {
   q.c3 = int8_of(f.c3, max_of(t2), true);
   q.ds = int8_of(f.ds, 1.0f, false);
   q.has_ds = true;
+  // As the model prepares it: conv1 and conv2 write u8 codes of the next conv's input step.
+  Block chain = q;
+  auto with_out = [](Member m, float step) {
+    m.a.int8_out_step = step;
+    m.conv = std::make_shared<const Conv2d>(m.w, &m.b, m.a, Precision::kInt8);
+    return m;
+  };
+  chain.c1 = with_out(q.c1, q.c2.a.int8_step);
+  chain.c2 = with_out(q.c2, q.c3.a.int8_step);
   std::printf("int8 conv2 runs on %s\n", q.c2.conv->impl_name(t1.shape()).c_str());
   const Tensor expect = conv_by_conv(q, x);
   double diff2 = 0, ref2 = 0, worst_abs = 0;
@@ -352,8 +361,27 @@ TEST(Bottleneck, Int8EqualsTheInt8ConvsRunOneByOne) {
   std::printf("int8 block against f32: relative L2 %.3g\n", rel);
   EXPECT_GT(rel, 0) << "int8 did not run";
   EXPECT_LT(rel, 3e-2);
+  // The u8 chain quantizes t1 and t2 where the f32 chain's next conv did: the same codes but
+  // where a rounding lands the other side of a tie, so it stays within a code of the f32 chain.
+  Tensor c1 = Tensor::empty(t1.shape(), DType::kU8), c2 = Tensor::empty(t1.shape(), DType::kU8);
+  chain.c1.conv->run(x, nullptr, c1);
+  chain.c2.conv->run(c1, nullptr, c2);
+  Tensor chained = Tensor::empty(expect.shape(), DType::kF32);
+  chain.ds.conv->run(x, nullptr, chained);
+  chain.c3.conv->run(c2, &chained, chained);
+  double chain2 = 0;
+  for (int64_t i = 0; i < y32.numel(); ++i) {
+    const double d = static_cast<double>(chained.data<float>()[i]) - expect.data<float>()[i];
+    chain2 += d * d;
+  }
+  std::printf("u8 chain against the f32-fed int8 convs: relative L2 %.3g\n", std::sqrt(chain2 / ref2));
+  EXPECT_LT(std::sqrt(chain2 / ref2), 0.25 * rel);
   for (int threads : {1, 2}) {
     ThreadsGuard g(threads);
+    const Bottleneck fused_chain(chain.c1.conv, chain.c2.conv, chain.c3.conv, chain.ds.conv, 1);
+    Tensor yc = Tensor::empty(expect.shape(), DType::kF32);
+    fused_chain.run(x, yc, DType::kU8);
+    EXPECT_EQ(std::memcmp(yc.raw_data(), chained.raw_data(), yc.nbytes()), 0) << "fused u8 chain, " << threads << " threads";
     const Bottleneck fused(q.c1.conv, q.c2.conv, q.c3.conv, q.ds.conv, 1);
     Tensor y = Tensor::empty(expect.shape(), DType::kF32);
     fused.run(x, y, DType::kF32);

@@ -196,6 +196,58 @@ TEST_P(Conv2dInt8Cases, MatchesTheIntegerReference) {
   }
 }
 
+// A u8 output (int8_out_step: the next conv's input step) holds the codes of the f32 output:
+// saturate(nearbyint(y / out_step)). The f32 roundings before the code (6 u S, as above) can move
+// a value across a rounding boundary, so a code may be one off where y / out_step lies within
+// 6 u S / out_step of a half-integer; anywhere else it must be exact.
+TEST(Conv2dInt8, U8OutputsAreTheCodesOfTheF32Output) {
+  if (!has_int8_dot()) GTEST_SKIP() << "no exact int8 dot product on this CPU (" << isa_name() << ")";
+  std::mt19937 rng(7);
+  Conv2dAttrs a;
+  a.pad_h = a.pad_w = 1;
+  a.stride_h = 2;
+  a.relu = true;
+  const Tensor w = random_tensor({37, 19, 3, 3}, rng, -0.5f, 0.5f);
+  const Tensor b = random_tensor({37}, rng, -3.0f, 3.0f);
+  const Tensor qx = random_ints({2, 11, 13, 19}, DType::kU8, rng);
+  const Conv2dInt8 f32_out(w, &b, a, DType::kU8, 0.0371f);
+  Conv2dAttrs au8 = a;
+  au8.int8_out_step = 0.173f;  // codes past 255 too: saturation
+  const Conv2dInt8 u8_out(w, &b, au8, DType::kU8, 0.0371f);
+  EXPECT_EQ(u8_out.out(), DType::kU8);
+  const Shape out = f32_out.output_shape(qx.shape());
+  Tensor y = Tensor::empty(out, DType::kF32), q = Tensor::empty(out, DType::kU8);
+  for (const int threads : {1, 2}) {
+    ThreadsGuard guard(threads);
+    f32_out.run(qx, nullptr, y);
+    u8_out.run(qx, nullptr, q);
+    int64_t exact = 0, near_tie = 0, saturated = 0;
+    for (int64_t i = 0; i < y.numel(); ++i) {
+      const double v = y.data<float>()[i] / static_cast<double>(au8.int8_out_step);
+      const double want = std::clamp(std::nearbyint(v), 0.0, 255.0);
+      const int got = q.data<uint8_t>()[i];
+      saturated += v > 255.5;
+      const double to_tie = std::fabs(v - std::floor(v) - 0.5);
+      if (got == want) {
+        ++exact;
+      } else {
+        ++near_tie;
+        EXPECT_LE(std::fabs(got - want), 1) << i;
+        EXPECT_LE(to_tie, 1e-4) << "code " << got << " for y / step = " << v;
+      }
+    }
+    std::printf("u8 output, %d thr: %lld exact, %lld one off at a tie, %lld saturated\n", threads,
+                static_cast<long long>(exact), static_cast<long long>(near_tie), static_cast<long long>(saturated));
+    EXPECT_GT(saturated, 0);
+    EXPECT_GT(exact, y.numel() * 99 / 100);
+  }
+  Conv2dAttrs no_relu = au8;
+  no_relu.relu = false;
+  test::expect_invalid_input([&] { Conv2dInt8(w, &b, no_relu, DType::kU8, 0.0371f); }, "without ReLU");
+  Tensor wrong = Tensor::empty(out, DType::kF32);
+  test::expect_invalid_input([&] { u8_out.run(qx, nullptr, wrong); }, "output");
+}
+
 INSTANTIATE_TEST_SUITE_P(Activations, Conv2dInt8Cases, ::testing::Values(DType::kU8, DType::kI8),
                          [](const auto& p) { return std::string(dtype_name(p.param)); });
 

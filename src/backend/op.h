@@ -62,7 +62,7 @@ inline constexpr OpKind kAllOps[] = {
 const char* op_name(OpKind kind);
 
 // kInt8: f32 everywhere except the convolutions the model prepared with a calibrated input step
-// (Conv2dAttrs::int8_step: the backbone's but its stem, docs/PERF.md "int8 precision"), which
+// (Conv2dAttrs::int8_step: the backbone's, docs/PERF.md "int8 precision"), which
 // multiply int8 inputs by int8 weights.
 enum class Precision : uint8_t { kF32, kBF16, kInt8 };
 const char* precision_name(Precision p);
@@ -83,6 +83,9 @@ struct Conv2dAttrs {
   // never negative) or s8. 0: the conv runs in f32.
   float int8_step = 0;
   bool int8_unsigned = false;
+  // int8 precision, a conv with ReLU and no residual: its output as u8 codes of this step (the
+  // next conv's input step), so that a chain of convs stays int8. 0: f32 output.
+  float int8_out_step = 0;
 };
 
 // A stride-1 ResNet bottleneck as one op (see Ops::bottleneck): the members' prepared convs, in

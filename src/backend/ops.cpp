@@ -148,9 +148,17 @@ PreparedWeights Ops::prepare_bottleneck(const PreparedWeights& conv1, const Prep
                                       shape_str(conv3.weight_shape) + (downsample ? " with a downsample" : ""),
                 "a stride-1 bottleneck: 1x1 + ReLU, 3x3 pad 1 + ReLU, 1x1 + residual + ReLU, a 1x1 downsample");
   }
-  if (!(act == DType::kF32 || (act == DType::kBF16 && backend_.precision() == Precision::kBF16))) {
+  // u8: conv1 and conv2 write int8 codes of conv2's and conv3's input steps (int8 precision).
+  const bool u8_chain = std::get<Conv2dAttrs>(conv1.attrs).int8_out_step > 0 &&
+                        std::get<Conv2dAttrs>(conv2.attrs).int8_out_step > 0;
+  if (!(act == DType::kF32 || (act == DType::kBF16 && backend_.precision() == Precision::kBF16) ||
+        (act == DType::kU8 && u8_chain))) {
     shape_error("bottleneck", "", std::string("activations in ") + dtype_name(act),
-                "f32, or bf16 in bf16 precision");
+                "f32, bf16 in bf16 precision, or u8 when conv1 and conv2 have int8 output steps");
+  }
+  if (u8_chain != (act == DType::kU8)) {
+    shape_error("bottleneck", "", std::string("activations in ") + dtype_name(act) + " with convs that write " +
+                (u8_chain ? "u8" : "f32"), "the dtype conv1 and conv2 write");
   }
   BottleneckAttrs a;
   a.act = act;
@@ -216,19 +224,23 @@ Tensor Ops::conv2d_over_residual(const Tensor& x, const PreparedWeights& w, cons
 Tensor Ops::conv2d_impl(const Tensor& x, const PreparedWeights& w, const Tensor* residual, std::string label, DType out,
                         bool over_residual) {
   expect_rank("conv2d", label, "input", x, 4);
-  const bool bf16 = backend_.precision() == Precision::kBF16;
-  for (const Tensor* t : {&x, residual}) {
-    if (t && !(t->dtype() == DType::kF32 || (bf16 && t->dtype() == DType::kBF16))) {
-      shape_error("conv2d", label, std::string(t == &x ? "input" : "residual") + " is " + t->describe(),
-                  bf16 ? "f32 or bf16" : "f32 (bf16 activations need bf16 precision)");
-    }
-  }
-  if (!(out == DType::kF32 || (bf16 && out == DType::kBF16))) {
-    shape_error("conv2d", label, std::string("output dtype ") + dtype_name(out) + " requested",
-                bf16 ? "f32 or bf16" : "f32 (bf16 activations need bf16 precision)");
-  }
   expect_prepared_by("conv2d", label, w, backend_);
   const auto& a = std::get<Conv2dAttrs>(w.attrs);
+  const bool bf16 = backend_.precision() == Precision::kBF16;
+  // int8 precision: a conv with an int8 input step may read its u8 codes, one with an output
+  // step writes them (Conv2dAttrs); every other activation is f32.
+  const bool u8_in = a.int8_step > 0 && a.int8_unsigned, u8_out = a.int8_out_step > 0;
+  const char* want = bf16 ? "f32 or bf16" : "f32 (bf16 activations need bf16 precision)";
+  if (!(x.dtype() == DType::kF32 || (bf16 && x.dtype() == DType::kBF16) || (u8_in && x.dtype() == DType::kU8))) {
+    shape_error("conv2d", label, "input is " + x.describe(), u8_in ? "f32 or u8" : want);
+  }
+  if (residual && !(residual->dtype() == DType::kF32 || (bf16 && residual->dtype() == DType::kBF16))) {
+    shape_error("conv2d", label, "residual is " + residual->describe(), want);
+  }
+  if (u8_out ? out != DType::kU8 : !(out == DType::kF32 || (bf16 && out == DType::kBF16))) {
+    shape_error("conv2d", label, std::string("output dtype ") + dtype_name(out) + " requested",
+                u8_out ? "u8 (the conv was prepared with an int8 output step)" : want);
+  }
   const Shape& ws = w.weight_shape;  // O, I/groups, kh, kw
   if (x.size(3) != ws[1] * a.groups) {
     shape_error("conv2d", label, "input " + x.describe() + " (NHWC) for weight " + shape_str(ws),

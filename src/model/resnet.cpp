@@ -26,10 +26,21 @@ BottleneckWeights load_bottleneck(Ops& ops, const WeightSource& w, const Backbon
   BottleneckWeights b;
   b.dcn = dcn;
   b.has_downsample = downsample;
-  // int8 precision runs every conv but the stem (3 input channels: too few for int8's 4-wide dot
-  // products) and DCNv2's offsets and sampling (f32 kernels of ours) in int8; the labels are those
-  // bottleneck_forward gives the ops, the calibration's keys.
-  b.conv1 = load_conv_bn(ops, w, p + ".conv1", p + ".bn1", cfg.norm_eps, conv_attrs(s1, 0, true), p + ".conv1");
+  // int8 precision runs every conv but DCNv2's offsets and sampling (f32 kernels of ours) in int8,
+  // each on its calibrated input step (the labels are those bottleneck_forward gives the ops, the
+  // calibration's keys); conv1 and conv2 then write u8 codes of the next conv's step, so the
+  // chain stays int8 inside the block and t1, t2 take a quarter of f32's bytes.
+  Conv2dAttrs a1 = w.int8_input(ops, p + ".conv1", conv_attrs(s1, 0, true));
+  Conv2dAttrs a2 = dcn ? conv_attrs(s2, 1, true) : w.int8_input(ops, p + ".conv2", conv_attrs(s2, 1, true));
+  const Conv2dAttrs a3 = w.int8_input(ops, p + ".conv3", conv_attrs(1, 0, true, true));
+  const bool bf16 = ops.backend().precision() == Precision::kBF16;
+  b.inner = bf16 ? DType::kBF16 : DType::kF32;
+  if (!dcn && a1.int8_step > 0 && a2.int8_step > 0 && a2.int8_unsigned && a3.int8_step > 0 && a3.int8_unsigned) {
+    a1.int8_out_step = a2.int8_step;
+    a2.int8_out_step = a3.int8_step;
+    b.inner = DType::kU8;
+  }
+  b.conv1 = load_conv_bn(ops, w, p + ".conv1", p + ".bn1", cfg.norm_eps, a1);
   if (dcn) {
     const Tensor off_b = w.get(p + ".conv2.conv_offset.bias");
     b.conv2_offset = ops.prepare_conv2d(w.get(p + ".conv2.conv_offset.weight"), &off_b, conv_attrs(s2, 1, false));
@@ -39,30 +50,27 @@ BottleneckWeights load_bottleneck(Ops& ops, const WeightSource& w, const Backbon
                     &fw, &fb);
     b.conv2 = ops.prepare_deform_conv2d(fw, &fb, {.stride = s2, .pad = 1, .dilation = 1});
   } else {
-    b.conv2 = load_conv_bn(ops, w, p + ".conv2", p + ".bn2", cfg.norm_eps, conv_attrs(s2, 1, true), p + ".conv2");
+    b.conv2 = load_conv_bn(ops, w, p + ".conv2", p + ".bn2", cfg.norm_eps, a2);
   }
-  b.conv3 = load_conv_bn(ops, w, p + ".conv3", p + ".bn3", cfg.norm_eps, conv_attrs(1, 0, true, true), p + ".conv3");
+  b.conv3 = load_conv_bn(ops, w, p + ".conv3", p + ".bn3", cfg.norm_eps, a3);
   if (downsample) {
     b.downsample = load_conv_bn(ops, w, p + ".downsample.0", p + ".downsample.1", cfg.norm_eps,
                                 conv_attrs(stride, 0, false), p + ".downsample");
   }
   if (!dcn && Ops::bottleneck_fusable(b.conv1, b.conv2, b.conv3, downsample ? &b.downsample : nullptr)) {
-    const DType act = ops.backend().precision() == Precision::kBF16 ? DType::kBF16 : DType::kF32;
-    b.fused = ops.prepare_bottleneck(b.conv1, b.conv2, b.conv3, downsample ? &b.downsample : nullptr, act);
+    b.fused = ops.prepare_bottleneck(b.conv1, b.conv2, b.conv3, downsample ? &b.downsample : nullptr, b.inner);
   }
   return b;
 }
 
-// act: the dtype of activations that only convolutions read (bf16 in bf16 precision: half the
-// bytes, and no rounding of an f32 copy in every conv); out: the block output's dtype.
-// x_is_private: nothing reads x after this block (it is the previous block's output inside a
-// stage), so conv3 may write over it.
-Tensor bottleneck_forward(Ops& ops, const BottleneckWeights& b, const Tensor& x, const std::string& p, DType act,
-                          DType out, bool x_is_private) {
+// out: the block output's dtype (b.inner is its t1's and t2's). x_is_private: nothing reads x
+// after this block (it is the previous block's output inside a stage), so conv3 may write over it.
+Tensor bottleneck_forward(Ops& ops, const BottleneckWeights& b, const Tensor& x, const std::string& p, DType out,
+                          bool x_is_private) {
+  const DType act = b.inner;
   // Depth-first where the backend says it pays (on the CPU: layer1 and layer2, whose maps are
   // far larger than the caches).
-  if (b.fused.state && std::get<BottleneckAttrs>(b.fused.attrs).act == act &&
-      ops.backend().fuses_bottleneck(x.shape(), std::get<BottleneckAttrs>(b.fused.attrs))) {
+  if (b.fused.state && ops.backend().fuses_bottleneck(x.shape(), std::get<BottleneckAttrs>(b.fused.attrs))) {
     const bool over_input = !b.has_downsample && x_is_private && x.dtype() == out;
     return ops.bottleneck(x, b.fused, out, over_input, p);
   }
@@ -92,7 +100,10 @@ ResNetWeights load_resnet(Ops& ops, const WeightSource& w, const BackboneConfig&
         .expected("3 (camera images)");
   }
   ResNetWeights r;
-  r.stem = load_conv_bn(ops, w, "img_backbone.conv1", "img_backbone.bn1", cfg.norm_eps, conv_attrs(2, 3, true));
+  // In int8 precision the stem reads s8 pixels: a camera's 8-bit pixels, normalized, are about as
+  // fine as max|x| / 127 (tiny: 45 -> 32 ms, its error against f32 unchanged at the neck).
+  r.stem = load_conv_bn(ops, w, "img_backbone.conv1", "img_backbone.bn1", cfg.norm_eps, conv_attrs(2, 3, true),
+                        "img_backbone.conv1");
   const std::vector<int> blocks = resnet_stage_blocks(cfg);
   for (int s = 0; s < cfg.num_stages; ++s) {
     std::vector<BottleneckWeights> stage;
@@ -122,7 +133,7 @@ std::vector<Tensor> resnet_forward(Ops& ops, const ResNetWeights& w, const Backb
     const bool is_output = std::find(cfg.out_indices.begin(), cfg.out_indices.end(), s) != cfg.out_indices.end();
     for (size_t b = 0; b < stage.size(); ++b) {
       const DType out = is_output && b + 1 == stage.size() ? DType::kF32 : act;
-      h = bottleneck_forward(ops, stage[b], h, "img_backbone." + layer + "." + std::to_string(b), act, out,
+      h = bottleneck_forward(ops, stage[b], h, "img_backbone." + layer + "." + std::to_string(b), out,
                              /*x_is_private=*/b > 0);
     }
     if (is_output) outs.push_back(h);

@@ -21,6 +21,9 @@ struct BottleneckWeights {
   PreparedWeights fused;        // the block as one op (stride-1 blocks without DCN), else empty
   bool dcn = false;
   bool has_downsample = false;
+  // The dtype of conv1's and conv2's outputs: bf16 in bf16 precision, u8 codes in int8 precision
+  // (conv1 and conv2 then write the next conv's int8 input), else f32.
+  DType inner = DType::kF32;
 };
 
 // img_backbone

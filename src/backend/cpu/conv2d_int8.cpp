@@ -84,8 +84,8 @@ struct Conv2dInt8::State {
   int64_t out_ch = 0, in_ch_per_group = 0, kh = 0, kw = 0;
   Tensor q_weights;                // s8 OIHW, the source of every weight layout
   Tensor w_scales;                 // f32 [O]
-  std::vector<float> out_scales;   // act_scale * w_scales[o]
-  dnnl::memory bias;               // f32 [O] over out_scales (oneDNN 2.x scales conv + bias together)
+  std::vector<float> out_scales;   // act_scale * w_scales[o] (/ out step for a u8 output)
+  dnnl::memory bias;               // f32 [O] / (act_scale * w_scales[o]): oneDNN 2.x scales conv + bias together
   PackedWeights weights;
 
   struct Plan {
@@ -104,6 +104,7 @@ struct Conv2dInt8::State {
 
   int64_t groups() const { return attrs.groups; }
   int64_t in_ch() const { return in_ch_per_group * groups(); }
+  DType out() const { return attrs.int8_out_step > 0 ? DType::kU8 : DType::kF32; }
 
   dnnl::memory::desc weights_md(tag t) const {
     if (groups() == 1) return {{out_ch, in_ch_per_group, kh, kw}, dt::s8, t == tag::any ? tag::any : tag::oihw};
@@ -114,7 +115,7 @@ struct Conv2dInt8::State {
     const int64_t ho = out_extent(h, kh, attrs.stride_h, attrs.pad_h, attrs.dilation_h);
     const int64_t wo = out_extent(w, kw, attrs.stride_w, attrs.pad_w, attrs.dilation_w);
     const dnnl::memory::desc src_md({n, in_ch(), h, w}, act_dt(act), tag::nhwc);
-    const dnnl::memory::desc dst_md({n, out_ch, ho, wo}, dt::f32, tag::nhwc);
+    const dnnl::memory::desc dst_md({n, out_ch, ho, wo}, out() == DType::kU8 ? dt::u8 : dt::f32, tag::nhwc);
     const dnnl::memory::desc bias_md = bias ? dnnl::memory::desc({out_ch}, dt::f32, tag::x) : dnnl::memory::desc();
     const dnnl::memory::dims strides = {attrs.stride_h, attrs.stride_w};
     const dnnl::memory::dims dilates = {attrs.dilation_h - 1, attrs.dilation_w - 1};
@@ -193,6 +194,12 @@ Conv2dInt8::Conv2dInt8(const Tensor& weight_oihw, const Tensor* bias, const Conv
       attrs.pad_w < 0 || attrs.groups < 1) {
     invalid("attributes with a stride, dilation or groups below 1 or a negative pad", "stride, dilation, groups >= 1, pad >= 0");
   }
+  if (attrs.int8_out_step != 0 &&
+      (!(attrs.int8_out_step > 0) || !std::isfinite(attrs.int8_out_step) || !attrs.relu || attrs.residual)) {
+    invalid("a u8 output of step " + std::to_string(attrs.int8_out_step) + (attrs.relu ? "" : " without ReLU") +
+                (attrs.residual ? " with a residual" : ""),
+            "a finite step > 0 on a conv with ReLU and no residual");
+  }
   s.attrs = attrs;
   s.act = act;
   s.act_scale = act_scale;
@@ -206,7 +213,9 @@ Conv2dInt8::Conv2dInt8(const Tensor& weight_oihw, const Tensor* bias, const Conv
   }
   const float* ws = s.w_scales.data<float>();
   s.out_scales.resize(static_cast<size_t>(s.out_ch));
-  for (int64_t o = 0; o < s.out_ch; ++o) s.out_scales[o] = act_scale * ws[o];
+  // The bias below is divided by act_scale * ws[o] alone: oneDNN scales (sum + bias) as one.
+  const double out_step = attrs.int8_out_step > 0 ? attrs.int8_out_step : 1.0;
+  for (int64_t o = 0; o < s.out_ch; ++o) s.out_scales[o] = static_cast<float>(act_scale * ws[o] / out_step);
   if (bias) {
     cpu::expect_f32_host("cpu::Conv2dInt8", "bias", *bias);
     if (bias->shape() != Shape{s.out_ch}) invalid("bias is " + bias->describe(), "f32[" + std::to_string(s.out_ch) + "]");
@@ -214,7 +223,7 @@ Conv2dInt8::Conv2dInt8(const Tensor& weight_oihw, const Tensor* bias, const Conv
     s.bias = dnnl::memory({{s.out_ch}, dt::f32, tag::x}, engine());
     float* bp = static_cast<float*>(s.bias.get_data_handle());
     for (int64_t o = 0; o < s.out_ch; ++o) {
-      bp[o] = static_cast<float>(static_cast<double>(b.data<float>()[o]) / s.out_scales[o]);
+      bp[o] = static_cast<float>(static_cast<double>(b.data<float>()[o]) / (static_cast<double>(act_scale) * ws[o]));
     }
   }
   s.weights = PackedWeights(wrap(s.q_weights, s.weights_md(tag::oihw)));
@@ -232,6 +241,9 @@ Conv2dInt8 Conv2dInt8::with_attrs(const Conv2dAttrs& attrs) const {
       attrs.dilation_w < 1 || attrs.pad_h < 0 || attrs.pad_w < 0) {
     invalid("derived attributes (groups " + std::to_string(attrs.groups) + ")",
             "groups " + std::to_string(s.attrs.groups) + ", stride and dilation >= 1, pad >= 0");
+  }
+  if (attrs.int8_out_step != s.attrs.int8_out_step || attrs.relu != s.attrs.relu || attrs.residual != s.attrs.residual) {
+    invalid("derived attributes with another output, ReLU or residual", "only the geometry changed");
   }
   auto d = std::make_unique<State>();
   d->attrs = attrs;
@@ -258,6 +270,7 @@ Conv2dInt8& Conv2dInt8::operator=(Conv2dInt8&&) noexcept = default;
 
 DType Conv2dInt8::act() const { return state_->act; }
 float Conv2dInt8::act_scale() const { return state_->act_scale; }
+DType Conv2dInt8::out() const { return state_->out(); }
 const Tensor& Conv2dInt8::weight_scales() const { return state_->w_scales; }
 
 Shape Conv2dInt8::output_shape(const Shape& in) const {
@@ -300,7 +313,7 @@ void Conv2dInt8::run(const Tensor& x, const Tensor* residual, Tensor& y, int lan
   State& s = *state_;
   check_tensor("input", x, DType::kF32, s.act);
   const Shape out = output_shape(x.shape());
-  check_tensor("output", y, DType::kF32, DType::kF32);
+  check_tensor("output", y, s.out(), s.out());
   if (y.shape() != out) invalid("output is " + y.describe() + " for input " + x.describe(), "shape " + shape_str(out));
   if (overlaps(x, y)) invalid("output " + y.describe() + " overlaps input " + x.describe(), "disjoint tensors");
   bool in_place = false;
