@@ -1,8 +1,10 @@
 // precision_error: how far bf16 and int8 frames are from f32 frames on a full-size drive (issue 26).
 //
-//   precision_error [--config tiny] [--weights W] [--frames 4] [--calibration FILE] [--top 100]
+//   precision_error [--config tiny] [--weights W] [--frames 4] [--calibration FILE | --calibrate-frames N]
+//                   [--top 100]
 //
-// One model per precision (f32, bf16, and int8 when a calibration is given) runs the same
+// One model per precision (f32, bf16, and int8 when a calibration is given or measured here on
+// N frames of another drive than the one compared) runs the same
 // synthetic drive with history; per stage (the golden sets' tap names) the relative L2 and max
 // abs error against f32's tap of the same frame, as the median and worst over frames; and the
 // share of f32's top `top` detections (by (query, label)) that each precision's top `top` keeps,
@@ -19,11 +21,14 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/conv2d_int8.h"
+#include "backend/cpu/onednn.h"
 #include "bevformer/error.h"
 #include "core/compare.h"
 #include "io/checkpoint.h"
 #include "model/config.h"
 #include "model/synthetic.h"
+#include "runtime/calibrate.h"
 #include "runtime/engine.h"
 
 namespace {
@@ -47,11 +52,14 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   CLI::App app{"bf16 and int8 frames against f32 frames, stage by stage, on a full-size synthetic drive"};
   std::string config = "tiny", weights, calibration;
-  int frames = 4, top = 100, threads = 0;
+  int frames = 4, top = 100, threads = 0, calibrate_frames = 0;
   uint64_t seed = 2026;
   app.add_option("--config", config, "tiny | small | base | config JSON")->capture_default_str();
   app.add_option("--weights", weights, "Checkpoint (default: seeded random weights)");
-  app.add_option("--calibration", calibration, "int8's calibration file (without it int8 is left out)");
+  app.add_option("--calibration", calibration, "int8's calibration file");
+  app.add_option("--calibrate-frames", calibrate_frames,
+                 "Without --calibration: calibrate int8 here on this many frames of another drive (seed + 1)")
+      ->check(CLI::Range(0, 1000));
   app.add_option("--frames", frames, "Frames of the synthetic drive")->capture_default_str()->check(CLI::Range(1, 1000));
   app.add_option("--top", top, "Top detections compared")->capture_default_str()->check(CLI::Range(1, 100000));
   app.add_option("--threads", threads, "CPU threads (0: all)")->capture_default_str();
@@ -60,12 +68,31 @@ int main(int argc, char** argv) {
   try {
     const ModelConfig cfg = load_config(config);
     const Checkpoint ck = weights.empty() ? random_checkpoint(cfg, seed) : load_checkpoint(weights);
+    const bool int8 = !calibration.empty() || calibrate_frames > 0;
+    if (int8 && !cpu::has_int8_dot()) {
+      std::printf("int8 skipped: this CPU has no exact int8 dot product (oneDNN ISA %s)\n", cpu::isa_name().c_str());
+      calibration.clear();
+      calibrate_frames = 0;
+    }
+    std::shared_ptr<const Calibration> measured;
+    if (calibration.empty() && calibrate_frames > 0) {
+      EngineOptions o;
+      o.backend_options.threads = threads;
+      measured = std::make_shared<const Calibration>(measure_calibration(cfg, ck, o, [&](Engine& e, int64_t k) {
+        if (k >= calibrate_frames) return false;
+        e.runner().forward(synthetic_frame(cfg, seed + 1, static_cast<int>(k)));
+        return true;
+      }));
+    }
     std::vector<Run> runs;
     for (const char* p : {"f32", "bf16", "int8"}) {
-      if (std::string(p) == "int8" && calibration.empty()) continue;
+      if (std::string(p) == "int8" && calibration.empty() && !measured) continue;
       EngineOptions o;
       o.backend_options = {threads, parse_precision(p, "precision_error"), 0};
-      if (std::string(p) == "int8") o.calibration = calibration;
+      if (std::string(p) == "int8") {
+        o.calibration = calibration.empty() ? "measured here" : calibration;
+        o.calibration_data = measured;
+      }
       runs.push_back({p, Engine::create(cfg, ck, o), {}, {}, {}});
     }
     for (int k = 0; k < frames; ++k) {

@@ -1,5 +1,6 @@
 // libFuzzer target: the int8 calibration file reader (model/calibration.h). A file that parses
 // must come back equal from its own text, and every range must give a usable int8 step.
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <string_view>
@@ -18,7 +19,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (again.dump() != c.dump() || again.ranges.size() != c.ranges.size()) __builtin_trap();
   for (const auto& [label, r] : c.ranges) {
     const bev::Conv2dAttrs a = c.quantized(label, {}, "fuzz.json");
-    if (!(a.int8_step > 0) || !std::isfinite(a.int8_step) || a.int8_unsigned != (r.min >= 0)) __builtin_trap();
+    if (!(a.int8_step >= FLT_MIN) || !std::isfinite(1.0f / a.int8_step) || a.int8_unsigned != (r.min >= 0)) {
+      __builtin_trap();
+    }
   }
   return 0;
 }

@@ -63,13 +63,15 @@ TEST(Calibration, StepsFollowTheRange) {
   c.observe("relu", 0, 5.1);
   c.observe("signed", -2.54, 1.0);
   c.observe("zero", 0, 0);
+  c.observe("denormal", 0, 1e-40);
   const Conv2dAttrs u = c.quantized("relu", {}, "t");
   EXPECT_TRUE(u.int8_unsigned);
   EXPECT_FLOAT_EQ(u.int8_step, 5.1f / 255);
   const Conv2dAttrs s = c.quantized("signed", {}, "t");
   EXPECT_FALSE(s.int8_unsigned);
   EXPECT_FLOAT_EQ(s.int8_step, 2.54f / 127);
-  EXPECT_GT(c.quantized("zero", {}, "t").int8_step, 0);
+  EXPECT_EQ(c.quantized("zero", {}, "t").int8_step, 1.0f);
+  EXPECT_EQ(c.quantized("denormal", {}, "t").int8_step, 1.0f);  // not a step whose inverse is inf
   expect_invalid_input([&] { c.quantized("img_neck.fpn_convs.3", {}, "calib.json"); }, "img_neck.fpn_convs.3");
 }
 
@@ -91,6 +93,29 @@ TEST(Calibration, BadFilesAreRefusedSayingWhy) {
   expect_invalid_input([&] { Calibration::parse(no_frames, "f.json"); }, "frames");
   test::expect_error(ErrorKind::kNotFound, [] { Calibration::load("/no/such/calibration.json"); }, "calibration.json");
   EXPECT_NO_THROW(Calibration::parse(valid_json(R"({"a": {"min": -1, "max": 1}})"), "f.json"));
+}
+
+TEST(Calibration, TheCommandChecksItsOutputAndFramesBeforeTheModel) {
+  testing::TempDir dir;
+  CalibrateOptions o;
+  o.config = kMicro + "/config.json";
+  o.output = dir.file("no-such-folder/calib.json");
+  test::expect_error(ErrorKind::kIo, [&] { run_calibrate(o); }, "no-such-folder/calib.json");
+  o.output = dir.file("calib.json");
+  o.frames = {dir.file("missing-frame.json")};
+  test::expect_error(ErrorKind::kNotFound, [&] { run_calibrate(o); }, "missing-frame.json");
+  std::ifstream left(o.output);
+  EXPECT_FALSE(left.good()) << "a failed run left a calibration file";
+  // Two synthetic frames: the file is written and a model of these weights takes it.
+  o.frames.clear();
+  o.synthetic = 2;
+  o.threads = 2;
+  const CalibrateReport r = run_calibrate(o);
+  EXPECT_EQ(r.frames, 2);
+  EXPECT_GT(r.convs, 10u);
+  const Calibration c = Calibration::load(o.output);
+  EXPECT_EQ(c.model, r.model);
+  EXPECT_EQ(c.frames, 2);
 }
 
 // The micro set's model, calibrated on its own frames through the decorator.

@@ -1,4 +1,4 @@
-// bevformer calibrate [--config C] [--weights W] [--frames F.json ... | --synthetic N] -o FILE:
+// bevformer calibrate [FRAME.json...] [--config C] [--weights W] [--synthetic N] -o FILE:
 // measures the input range of every conv over a drive of frames (f32, with
 // history), for `--precision int8 --calibration FILE`.
 #include <cstdio>
@@ -16,9 +16,9 @@ Runner add_calibrate(CLI::App& app) {
       "calibrate", "Measure the activation ranges int8 precision needs (--precision int8 --calibration FILE)");
   sub->add_option("--config", o->config, "tiny | small | base | upstream-style config JSON")->capture_default_str();
   sub->add_option("--weights", o->weights, "Checkpoint (default: seeded random weights of the config)");
-  sub->add_option("--frames", o->frames,
-                  "Frame JSON files to calibrate on, in drive order (the frames you will run; default: the synthetic drive)");
-  sub->add_option("--synthetic", o->synthetic, "Frames of the synthetic drive, without --frames")
+  sub->add_option("frames", o->frames,
+                  "Frame JSON files to calibrate on, in drive order (the frames you will run; none: the synthetic drive)");
+  sub->add_option("--synthetic", o->synthetic, "Frames of the synthetic drive, when no frame files are given")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
   sub->add_option("--seed", o->seed, "Seed of the random weights and the synthetic drive")->capture_default_str();

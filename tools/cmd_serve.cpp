@@ -138,6 +138,7 @@ int run(const ServeArgs& a) {
                    {"knobs",
                     {{"threads", knobs.threads},
                      {"precision", knobs.precision},
+                     {"calibration", knobs.calibration},
                      {"max_streams", knobs.max_streams},
                      {"stream_ttl_seconds", knobs.stream_ttl_seconds},
                      {"max_gap_seconds", knobs.max_gap_seconds},

@@ -33,7 +33,9 @@ struct CalibrateReport {
 };
 
 // Runs the frames and writes options.output (atomically). Error(kInvalidInput) for bad options
-// or frames, as `detect` would give them.
+// or frames, as `detect` would give them (checked, with the output's folder, before the model
+// loads); Error(kUnsupported) where the CPU has no exact int8 dot product is not raised here:
+// calibration runs in f32 anywhere.
 CalibrateReport run_calibrate(const CalibrateOptions& options);
 
 // A few lines for the terminal.

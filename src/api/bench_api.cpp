@@ -494,6 +494,8 @@ std::string format_bench(const BenchReport& r) {
       std::snprintf(buf, sizeof buf, "; measured peak %.0f GFLOP/s, floor %.0f ms = %.0f%% of the median frame",
                     r.peak_gflops, r.floor_ms, r.percent_of_floor);
       out += buf;
+      // int8's peak is the u8 x s8 rate: the floor takes every op at it, also the f32 ones.
+      if (r.precision == "int8") out += " (the int8 rate for every op: a lower bound)";
     }
     out += "\n";
     std::snprintf(buf, sizeof buf, "backbone (img.stem .. img.layer4): %.1f ms at %.0f GFLOP/s", r.backbone_ms,

@@ -1,6 +1,9 @@
 #include "bevformer/calibrate.h"
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "bevformer/error.h"
@@ -20,7 +23,14 @@ CalibrateReport run_calibrate(const CalibrateOptions& o) {
     throw Error(ErrorKind::kInvalidInput, "--synthetic " + std::to_string(o.synthetic) + " and no frames")
         .expected("frame files, or at least 1 synthetic frame");
   }
-  // Read every frame file before the slow part, so that a typo fails at once.
+  // The output's folder and every frame file before the slow part, so that a typo fails at once.
+  {
+    const std::string probe = o.output + ".tmp";
+    std::FILE* f = std::fopen(probe.c_str(), "wb");
+    if (!f) throw Error(ErrorKind::kIo, std::string("cannot write the calibration file: ") + std::strerror(errno)).where(o.output);
+    std::fclose(f);
+    std::remove(probe.c_str());
+  }
   std::vector<Frame> specs;
   for (const std::string& path : o.frames) specs.push_back(read_frame_json(path));
   const ModelConfig cfg = load_config(o.config);

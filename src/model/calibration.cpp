@@ -52,10 +52,10 @@ Conv2dAttrs Calibration::quantized(const std::string& label, Conv2dAttrs attrs, 
   const ActivationRange& r = it->second;
   attrs.int8_unsigned = r.min >= 0;
   const double top = attrs.int8_unsigned ? r.max : std::max(std::fabs(r.min), std::fabs(r.max));
-  // An input that was always 0 quantizes to 0 at any step.
-  const double step = top > 0 ? top / (attrs.int8_unsigned ? 255.0 : 127.0) : 1.0;
+  // An input that was always 0 (or below 1e-30, far under any activation's resolution) quantizes
+  // to 0 at any step; 1 keeps the step, its inverse and the bias over it normal float32s.
+  const double step = top >= 1e-30 ? top / (attrs.int8_unsigned ? 255.0 : 127.0) : 1.0;
   attrs.int8_step = static_cast<float>(step);
-  if (!(attrs.int8_step > 0)) attrs.int8_step = 1e-30f;  // a range under float32's smallest steps
   return attrs;
 }
 

@@ -37,6 +37,7 @@ Calibration measure_calibration(const ModelConfig& cfg, const Checkpoint& checkp
   o.backend_options.precision = Precision::kF32;
   o.profiling = false;
   o.replay = false;
+  o.pipelined = false;  // one frame at a time: the decorator's ranges are not locked
   o.calibration.clear();
   o.calibration_data = nullptr;
   o.record_calibration = &c;

@@ -123,8 +123,9 @@ Bottleneck::~Bottleneck() = default;
 
 bool Bottleneck::pays(const Shape& x, int64_t planes, int64_t out_ch, DType act) {
   if (x.size() != 4) return false;
-  const size_t as = dtype_size(act);
-  return strip_rows(kStripBytes, x[1], x[2], x[3], planes, out_ch, as, as, as) * x[2] >= kMinStripPixels;
+  // x and y: in bf16 precision mostly bf16 like t1 and t2; in int8 f32 (only t1, t2 are u8 codes).
+  const size_t as = dtype_size(act), io = act == DType::kU8 ? dtype_size(DType::kF32) : as;
+  return strip_rows(kStripBytes, x[1], x[2], x[3], planes, out_ch, io, as, io) * x[2] >= kMinStripPixels;
 }
 
 Shape Bottleneck::output_shape(const Shape& in) const {

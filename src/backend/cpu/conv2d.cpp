@@ -40,6 +40,9 @@ void check_activation(const char* name, const Tensor& t, Precision precision) {
 
 dt dtype_of(const Tensor& t) { return t.dtype() == DType::kBF16 ? dt::bf16 : dt::f32; }
 
+// The convs int8 precision leaves in f32 (no calibrated step) are f32 convs in every way.
+Precision arithmetic_of(Precision p) { return p == Precision::kInt8 ? Precision::kF32 : p; }
+
 // PyTorch's output extent (floor); oneDNN accepts the same floor with symmetric padding.
 int64_t out_extent(int64_t in, int64_t k, int stride, int pad, int dilation) {
   return (in + 2 * static_cast<int64_t>(pad) - static_cast<int64_t>(dilation) * (k - 1) - 1) / stride + 1;
@@ -303,6 +306,9 @@ Conv2d::Conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs&
     invalid("weight is " + weight_oihw.describe() + " with groups " + std::to_string(attrs.groups),
             "non-empty extents and O divisible by groups");
   }
+  if (attrs.int8_step == 0 && (attrs.int8_out_step != 0 || attrs.int8_unsigned)) {
+    invalid("an int8 output step or u8 input without an int8 input step", "int8_step > 0 with them");
+  }
   if (attrs.int8_step != 0) {
     if (precision != Precision::kInt8) {
       invalid("an int8 input step in " + std::string(precision_name(precision)) + " precision", "int8 precision");
@@ -312,8 +318,7 @@ Conv2d::Conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs&
                                                 attrs.int8_unsigned ? DType::kU8 : DType::kI8, attrs.int8_step);
     return;
   }
-  // The convs int8 precision leaves in f32 (no calibrated step) are f32 convs in every way.
-  const Precision arithmetic = precision == Precision::kInt8 ? Precision::kF32 : precision;
+  const Precision arithmetic = arithmetic_of(precision);
   if (bias) {
     check_f32("bias", *bias);
     if (bias->shape() != Shape{s.out_ch}) invalid("bias is " + bias->describe(), "f32[" + std::to_string(s.out_ch) + "]");
@@ -362,8 +367,7 @@ Conv2d Conv2d::with_attrs(const Conv2dAttrs& attrs) const {
     return Conv2d(std::move(d));
   }
   if (s.direct && attrs.relu == s.attrs.relu &&
-      Direct1x1::supports(attrs, s.in_ch_per_group * attrs.groups, s.out_ch, s.kh, s.kw,
-                          s.precision == Precision::kInt8 ? Precision::kF32 : s.precision)) {
+      Direct1x1::supports(attrs, s.in_ch_per_group * attrs.groups, s.out_ch, s.kh, s.kw, arithmetic_of(s.precision))) {
     d->direct = s.direct;
   }
   {
@@ -417,7 +421,7 @@ std::string Conv2d::impl_name(const Shape& in) const {
 
 void Conv2d::run(const Tensor& x, const Tensor* residual, Tensor& y, int lane) const {
   State& s = *state_;
-  if (s.int8) {  // f32 input, output and residual, checked there as here
+  if (s.int8) {  // its own dtype checks: f32 or u8/s8 input, f32 or u8 output, f32 residual
     s.int8->run(x, residual, y, lane);
     return;
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -67,7 +68,8 @@ Tensor Conv2dInt8::quantize_weights(const Tensor& weight_oihw, Tensor* scales) {
       if (!std::isfinite(row[i])) invalid("weight of output channel " + std::to_string(oc) + " is not finite", "finite weights");
       m = std::max(m, std::fabs(row[i]));
     }
-    sp[oc] = m > 0 ? m / 127.0f : 1.0f;
+    // A channel of weights under 127 FLT_MIN is zero for int8 (its step would not be normal).
+    sp[oc] = m / 127.0f >= FLT_MIN ? m / 127.0f : 1.0f;
     const float inv = 1.0f / sp[oc];
     for (int64_t i = 0; i < per; ++i) {
       qp[oc * per + i] = static_cast<int8_t>(std::clamp(std::nearbyint(row[i] * inv), -127.0f, 127.0f));
@@ -189,7 +191,9 @@ Conv2dInt8::Conv2dInt8(const Tensor& weight_oihw, const Tensor* bias, const Conv
   }
   State& s = *state_;
   if (act != DType::kU8 && act != DType::kI8) invalid(std::string("activation dtype ") + dtype_name(act), "u8 or i8");
-  if (!(act_scale > 0) || !std::isfinite(act_scale)) invalid("activation scale " + std::to_string(act_scale), "a finite scale > 0");
+  if (!(act_scale >= FLT_MIN) || !std::isfinite(1.0f / act_scale)) {
+    invalid("activation scale " + std::to_string(act_scale), "a normal float32 step whose inverse is finite");
+  }
   if (attrs.stride_h < 1 || attrs.stride_w < 1 || attrs.dilation_h < 1 || attrs.dilation_w < 1 || attrs.pad_h < 0 ||
       attrs.pad_w < 0 || attrs.groups < 1) {
     invalid("attributes with a stride, dilation or groups below 1 or a negative pad", "stride, dilation, groups >= 1, pad >= 0");
@@ -215,7 +219,15 @@ Conv2dInt8::Conv2dInt8(const Tensor& weight_oihw, const Tensor* bias, const Conv
   s.out_scales.resize(static_cast<size_t>(s.out_ch));
   // The bias below is divided by act_scale * ws[o] alone: oneDNN scales (sum + bias) as one.
   const double out_step = attrs.int8_out_step > 0 ? attrs.int8_out_step : 1.0;
-  for (int64_t o = 0; o < s.out_ch; ++o) s.out_scales[o] = static_cast<float>(act_scale * ws[o] / out_step);
+  for (int64_t o = 0; o < s.out_ch; ++o) {
+    s.out_scales[o] = static_cast<float>(act_scale * ws[o] / out_step);
+    // The bias is stored over act_scale * ws[o]: that must stay a normal float32.
+    if (!(static_cast<double>(act_scale) * ws[o] >= FLT_MIN) || !std::isfinite(s.out_scales[o]) || !(s.out_scales[o] > 0)) {
+      invalid("activation step " + std::to_string(act_scale) + " with weight step " + std::to_string(ws[o]) +
+                  " (output channel " + std::to_string(o) + ")",
+              "steps whose product is a normal float32");
+    }
+  }
   if (bias) {
     cpu::expect_f32_host("cpu::Conv2dInt8", "bias", *bias);
     if (bias->shape() != Shape{s.out_ch}) invalid("bias is " + bias->describe(), "f32[" + std::to_string(s.out_ch) + "]");
@@ -242,8 +254,9 @@ Conv2dInt8 Conv2dInt8::with_attrs(const Conv2dAttrs& attrs) const {
     invalid("derived attributes (groups " + std::to_string(attrs.groups) + ")",
             "groups " + std::to_string(s.attrs.groups) + ", stride and dilation >= 1, pad >= 0");
   }
-  if (attrs.int8_out_step != s.attrs.int8_out_step || attrs.relu != s.attrs.relu || attrs.residual != s.attrs.residual) {
-    invalid("derived attributes with another output, ReLU or residual", "only the geometry changed");
+  if (attrs.int8_out_step != s.attrs.int8_out_step || attrs.int8_step != s.attrs.int8_step ||
+      attrs.int8_unsigned != s.attrs.int8_unsigned || attrs.relu != s.attrs.relu || attrs.residual != s.attrs.residual) {
+    invalid("derived attributes with other int8 steps, ReLU or residual", "only the geometry changed");
   }
   auto d = std::make_unique<State>();
   d->attrs = attrs;
