@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/forwarding_backend.h"
 #include "backend/registry.h"
 #include "backend_ops.h"
 #include "bevformer/error.h"
@@ -42,26 +43,9 @@ namespace {
 
 // Forwards everything and keeps the nodes it runs: the harness needs the one node a case made,
 // to read all its outputs (top-k has two, in-place ops write an input) and to time it again.
-class NodeTap final : public Backend {
+class NodeTap final : public ForwardingBackend {
  public:
-  explicit NodeTap(Backend& inner) : inner_(inner) {}
-  const char* name() const override { return inner_.name(); }
-  Device device() const override { return inner_.device(); }
-  Precision precision() const override { return inner_.precision(); }
-  BackendInfo info() const override { return inner_.info(); }
-  std::shared_ptr<Storage> allocate(size_t bytes) override { return inner_.allocate(bytes); }
-  void write(const Tensor& dst, const Tensor& host_src) override { inner_.write(dst, host_src); }
-  Tensor read(const Tensor& src) override { return inner_.read(src); }
-  void copy(const Tensor& dst, const Tensor& src) override { inner_.copy(dst, src); }
-  void synchronize() override { inner_.synchronize(); }
-  double measure_peak_gflops() override { return inner_.measure_peak_gflops(); }
-  std::shared_ptr<const void> prepare(OpKind kind, const OpAttrs& attrs, const Tensor& weight,
-                                      const Tensor* bias) override {
-    return inner_.prepare(kind, attrs, weight, bias);
-  }
-  bool fuses_bottleneck(const Shape& x_nhwc, const BottleneckAttrs& attrs) const override {
-    return inner_.fuses_bottleneck(x_nhwc, attrs);
-  }
+  explicit NodeTap(Backend& inner) : ForwardingBackend(inner) {}
   void run(const OpNode& node) override {
     inner_.run(node);
     nodes_.push_back(node);
@@ -69,7 +53,6 @@ class NodeTap final : public Backend {
   std::vector<OpNode>& nodes() { return nodes_; }
 
  private:
-  Backend& inner_;
   std::vector<OpNode> nodes_;
 };
 

@@ -117,7 +117,7 @@ class Database : public ::testing::Test {
                                                 {"next", next}}));
   }
   void write() {
-    for (const auto& [name, table] : tables_.items()) write_text_file(dir_ + "/" + name + ".json", table.dump(1));
+    for (const auto& [name, table] : tables_.items()) write_file_atomically(dir_ + "/" + name + ".json", table.dump(1));
   }
   GroundTruth load(const std::string& split = "mini_val") { return load_nuscenes_gt({root_, "v1.0-mini", split}); }
 
@@ -236,7 +236,7 @@ TEST_F(Database, TheCliExportsAndEvaluatesTheSameAsFromTheDatabase) {
     }
     results[s.token] = list;
   }
-  write_text_file(res, ojson{{"meta", {{"use_camera", true}}}, {"results", results}}.dump());
+  write_file_atomically(res, ojson{{"meta", {{"use_camera", true}}}, {"results", results}}.dump());
   const std::string a = root_ + "/a.json", b = root_ + "/b.json";
   ASSERT_EQ(std::system((bin + " -q eval --results " + res + " --dataroot " + root_ + " --version v1.0-mini --json > " + a).c_str()), 0);
   ASSERT_EQ(std::system((bin + " -q eval --results " + res + " --gt " + gt + " --json > " + b).c_str()), 0);
@@ -258,7 +258,7 @@ TEST_F(Database, ASplitOfAnotherVersionIsRefused) {
 
 TEST_F(Database, ACustomSplitFromSplitsJson) {
   EXPECT_THROW(load("mine"), Error);
-  write_text_file(dir_ + "/splits.json", R"({"mine": ["scene-0061", "scene-0916"]})");
+  write_file_atomically(dir_ + "/splits.json", R"({"mine": ["scene-0061", "scene-0916"]})");
   const GroundTruth gt = load("mine");
   ASSERT_EQ(gt.samples.size(), 2u);
   EXPECT_EQ(gt.samples[0].token, "s6");
@@ -291,7 +291,7 @@ TEST_F(Database, ABrokenReferenceNamesTableAndRecord) {
 
 TEST_F(Database, ANumberTooLargeForADoubleNamesTheTable) {
   write();
-  write_text_file(dir_ + "/ego_pose.json", R"([{"token": "e", "translation": [1e999, 0, 0]}])");
+  write_file_atomically(dir_ + "/ego_pose.json", R"([{"token": "e", "translation": [1e999, 0, 0]}])");
   try {
     load();
     FAIL() << "no error";

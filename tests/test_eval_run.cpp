@@ -70,7 +70,7 @@ TEST(ResultsWriter, ResumesAfterACrashDroppingTheTruncatedLastSample) {
   }
   std::string text = read_text_file(path);
   text = text.substr(0, text.rfind("\n}}"));  // the crash left no footer
-  write_text_file(path, text);
+  write_file_atomically(path, text);
   {
     ResultsWriter w(path, kMeta, true);
     EXPECT_EQ(w.samples(), (std::vector<std::string>{"a", "b"}));
@@ -122,7 +122,7 @@ TEST(ResultsWriter, TheEnginesOwnSampleTextIsWrittenAsItIsAndResumes) {
 
 TEST(ResultsWriter, ResumeRefusesAFileItDidNotWrite) {
   const std::string path = testing::scratch_dir() + "/other.json";
-  write_text_file(path, "{\"results\": {\"a\": []}, \"meta\": {}}");
+  write_file_atomically(path, "{\"results\": {\"a\": []}, \"meta\": {}}");
   EXPECT_THROW(ResultsWriter(path, kMeta, true), Error);
   EXPECT_EQ(read_text_file(path), "{\"results\": {\"a\": []}, \"meta\": {}}");  // untouched
 }

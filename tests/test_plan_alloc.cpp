@@ -21,6 +21,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/onednn.h"
+#include "backend/forwarding_backend.h"
 #include "backend/ops.h"
 #include "backend/recorded_stage.h"
 #include "model/bevformer.h"
@@ -190,34 +191,14 @@ Counts allocations_during(const std::function<void()>& fn) {
 }
 
 // Forwards to a backend and tells the hook which op runs (attribution only; it allocates nothing).
-class AttributingBackend final : public Backend {
+class AttributingBackend final : public ForwardingBackend {
  public:
-  explicit AttributingBackend(Backend& inner) : inner_(inner) {}
-  const char* name() const override { return inner_.name(); }
-  Device device() const override { return inner_.device(); }
-  Precision precision() const override { return inner_.precision(); }
-  BackendInfo info() const override { return inner_.info(); }
-  std::shared_ptr<Storage> allocate(size_t bytes) override { return inner_.allocate(bytes); }
-  void write(const Tensor& dst, const Tensor& host_src) override { inner_.write(dst, host_src); }
-  Tensor read(const Tensor& src) override { return inner_.read(src); }
-  void copy(const Tensor& dst, const Tensor& src) override { inner_.copy(dst, src); }
-  void synchronize() override { inner_.synchronize(); }
-  double measure_peak_gflops() override { return inner_.measure_peak_gflops(); }
-  std::shared_ptr<const void> prepare(OpKind kind, const OpAttrs& attrs, const Tensor& weight,
-                                      const Tensor* bias) override {
-    return inner_.prepare(kind, attrs, weight, bias);
-  }
-  bool fuses_bottleneck(const Shape& x_nhwc, const BottleneckAttrs& attrs) const override {
-    return inner_.fuses_bottleneck(x_nhwc, attrs);
-  }
+  explicit AttributingBackend(Backend& inner) : ForwardingBackend(inner) {}
   void run(const OpNode& node) override {
     g_op = static_cast<int>(node.kind);
     inner_.run(node);
     g_op = kNoOp;
   }
-
- private:
-  Backend& inner_;
 };
 
 class PlanAllocations : public ::testing::Test {

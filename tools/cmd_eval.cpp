@@ -103,8 +103,8 @@ int run_eval(const EvalArgs& a) {
            e.pred_counts.after_bike_racks, " of ", e.pred_counts.total, " predictions; ", e.metrics.eval_time, " s");
   const eval::ojson summary = eval::metrics_summary_json(e.metrics, results.meta);
   const std::string text = eval::dump_python(summary);
-  if (!a.output.empty()) eval::write_text_file(a.output, text + "\n");
-  if (!a.details.empty()) eval::write_text_file(a.details, eval::metrics_details_json(e).dump() + "\n");
+  if (!a.output.empty()) write_file_atomically(a.output, text + "\n");
+  if (!a.details.empty()) write_file_atomically(a.details, eval::metrics_details_json(e).dump() + "\n");
   if (!a.plots.empty()) {
     const std::vector<std::string> files = eval::render_curves(e, a.plots);
     log_info("wrote ", files.size(), " plots to ", a.plots);

@@ -80,8 +80,8 @@ class Backend {
   virtual void run(const OpNode& node) = 0;
 
   // Whether a stride-1 bottleneck on input x_nhwc runs faster as one fused op (Ops::bottleneck)
-  // than conv by conv. Pure, so that a decorator cannot forget to forward it (a model run through
-  // a decorator must emit the same ops).
+  // than conv by conv. Decorators (ForwardingBackend) forward it, so that a model run through one
+  // emits the same ops; only the calibration's overrides it, to see every conv's input.
   virtual bool fuses_bottleneck(const Shape& x_nhwc, const BottleneckAttrs& attrs) const = 0;
 
   // Runs a recorded stage with `bindings` applied for this execution only. With `times` (a

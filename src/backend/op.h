@@ -88,6 +88,15 @@ struct Conv2dAttrs {
   float int8_out_step = 0;
 };
 
+// Conv2dAttrs' geometry, the one rule Ops and every backend's convolutions share: stride,
+// dilation and groups >= 1, padding >= 0; the text names them for errors ("stride 2x2, pad 3x3,
+// dilation 1x1, groups 1").
+bool conv2d_geometry_valid(const Conv2dAttrs& a);
+std::string conv2d_geometry_str(const Conv2dAttrs& a);
+// PyTorch's output extent (floor) of a convolution along one axis; oneDNN accepts the same floor
+// with symmetric padding.
+int64_t conv_out_extent(int64_t in, int64_t k, int stride, int pad, int dilation);
+
 // A stride-1 ResNet bottleneck as one op (see Ops::bottleneck): the members' prepared convs, in
 // the order conv1, conv2, conv3 and, for block 0, the downsample; their OIHW weight shapes (FLOP
 // counts); and the dtype of conv1's and conv2's outputs.

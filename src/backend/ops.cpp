@@ -50,11 +50,22 @@ void expect_prepared_by(const char* op, const std::string& label, const Prepared
   }
 }
 
-int64_t conv_out(int64_t in, int k, int stride, int pad, int dil) {
-  return (in + 2 * pad - dil * (k - 1) - 1) / stride + 1;
+}  // namespace
+
+bool conv2d_geometry_valid(const Conv2dAttrs& a) {
+  return a.stride_h >= 1 && a.stride_w >= 1 && a.dilation_h >= 1 && a.dilation_w >= 1 && a.pad_h >= 0 && a.pad_w >= 0 &&
+         a.groups >= 1;
 }
 
-}  // namespace
+std::string conv2d_geometry_str(const Conv2dAttrs& a) {
+  auto pair = [](int h, int w) { return std::to_string(h) + "x" + std::to_string(w); };
+  return "stride " + pair(a.stride_h, a.stride_w) + ", pad " + pair(a.pad_h, a.pad_w) + ", dilation " +
+         pair(a.dilation_h, a.dilation_w) + ", groups " + std::to_string(a.groups);
+}
+
+int64_t conv_out_extent(int64_t in, int64_t k, int stride, int pad, int dilation) {
+  return (in + 2 * static_cast<int64_t>(pad) - static_cast<int64_t>(dilation) * (k - 1) - 1) / stride + 1;
+}
 
 const char* op_name(OpKind kind) { return kOpNames[static_cast<size_t>(kind)]; }
 
@@ -246,8 +257,8 @@ Tensor Ops::conv2d_impl(const Tensor& x, const PreparedWeights& w, const Tensor*
     shape_error("conv2d", label, "input " + x.describe() + " (NHWC) for weight " + shape_str(ws),
                 std::to_string(ws[1] * a.groups) + " input channels");
   }
-  const int64_t ho = conv_out(x.size(1), static_cast<int>(ws[2]), a.stride_h, a.pad_h, a.dilation_h);
-  const int64_t wo = conv_out(x.size(2), static_cast<int>(ws[3]), a.stride_w, a.pad_w, a.dilation_w);
+  const int64_t ho = conv_out_extent(x.size(1), static_cast<int>(ws[2]), a.stride_h, a.pad_h, a.dilation_h);
+  const int64_t wo = conv_out_extent(x.size(2), static_cast<int>(ws[3]), a.stride_w, a.pad_w, a.dilation_w);
   if (ho <= 0 || wo <= 0) shape_error("conv2d", label, "input " + x.describe() + " is smaller than the kernel", "a larger map");
   const Shape out_shape = {x.size(0), ho, wo, ws[0]};
   if (over_residual) {
@@ -303,8 +314,8 @@ Tensor Ops::deform_conv2d(const Tensor& x, const Tensor& offset_mask, const Prep
     shape_error("deform_conv2d", label, "input " + x.describe() + " for weight " + shape_str(ws),
                 std::to_string(ws[1]) + " input channels");
   }
-  const int64_t ho = conv_out(x.size(1), static_cast<int>(ws[2]), a.stride, a.pad, a.dilation);
-  const int64_t wo = conv_out(x.size(2), static_cast<int>(ws[3]), a.stride, a.pad, a.dilation);
+  const int64_t ho = conv_out_extent(x.size(1), static_cast<int>(ws[2]), a.stride, a.pad, a.dilation);
+  const int64_t wo = conv_out_extent(x.size(2), static_cast<int>(ws[3]), a.stride, a.pad, a.dilation);
   const Shape om = {x.size(0), ho, wo, 3 * ws[2] * ws[3]};
   if (offset_mask.shape() != om) {
     shape_error("deform_conv2d", label, "offset_mask is " + offset_mask.describe(), "f32" + shape_str(om));

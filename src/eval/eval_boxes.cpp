@@ -167,7 +167,7 @@ void write_ground_truth(const std::string& path, const GroundTruth& gt) {
     out += "]}";
   }
   out += "\n}}\n";
-  write_text_file(path, out);
+  write_file_atomically(path, out);
 }
 
 void check_same_samples(const Results& results, const GroundTruth& gt) {

@@ -136,20 +136,6 @@ std::string read_text_file(const std::string& path) {
   return text;
 }
 
-void write_text_file(const std::string& path, std::string_view text) {
-  const std::string tmp = path + ".tmp";
-  {
-    File f(std::fopen(tmp.c_str(), "wb"));
-    if (!f) throw Error(ErrorKind::kIo, "cannot open for writing").where(tmp);
-    if (std::fwrite(text.data(), 1, text.size(), f.get()) != text.size() || std::fflush(f.get()) != 0) {
-      throw Error(ErrorKind::kIo, "write failed").where(tmp);
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw Error(ErrorKind::kIo, "cannot rename " + tmp + ": " + ec.message()).where(path);
-}
-
 std::optional<std::string> replace_nan_tokens(std::string_view text) {
   std::string fixed;
   size_t copied = 0;

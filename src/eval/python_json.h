@@ -11,14 +11,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/byte_source.h"
+
 namespace bev::eval {
 
 using ojson = nlohmann::ordered_json;
 
-// The whole file; kNotFound when it does not exist, kIo when it cannot be read.
+// The whole file; kNotFound when it does not exist, kIo when it cannot be read. (Writing:
+// write_file_atomically, io/byte_source.h.)
 std::string read_text_file(const std::string& path);
-// Writes through a temporary file and a rename, so a reader never sees half a file.
-void write_text_file(const std::string& path, std::string_view text);
 
 // `text` with every NaN token outside strings replaced by null; nullopt when there is none (the
 // caller then parses `text` itself, without a copy).

@@ -60,6 +60,6 @@ std::string results_text(const Results& results) {
   return out;
 }
 
-void write_results(const std::string& path, const Results& results) { write_text_file(path, results_text(results)); }
+void write_results(const std::string& path, const Results& results) { write_file_atomically(path, results_text(results)); }
 
 }  // namespace bev::eval

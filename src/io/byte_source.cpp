@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
 #include "bevformer/error.h"
@@ -93,6 +95,23 @@ std::string read_regular_file(const std::string& path, uint64_t max_bytes, const
     throw;
   }
   return std::string(reinterpret_cast<const char*>(src->data()), src->size());
+}
+
+void write_file_atomically(const std::string& path, std::string_view text) {
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw Error(ErrorKind::kIo, std::string("cannot open for writing: ") + std::strerror(errno)).where(tmp);
+  const bool wrote = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !wrote) {
+    std::remove(tmp.c_str());
+    throw Error(ErrorKind::kIo, "write failed").where(tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    throw Error(ErrorKind::kIo, "cannot rename " + tmp + ": " + ec.message()).where(path);
+  }
 }
 
 }  // namespace bev

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace bev {
@@ -43,6 +44,10 @@ class ByteSource {
 // names it in errors ("config", "frame file"). For readers of small text files (configs, frames)
 // that would otherwise wait forever on a FIFO or read /dev/zero until memory runs out.
 std::string read_regular_file(const std::string& path, uint64_t max_bytes, const std::string& what);
+
+// Writes `text` to path + ".tmp" and renames it over `path`, so a reader never sees half a file;
+// Error(kIo) naming the file when the folder cannot take it.
+void write_file_atomically(const std::string& path, std::string_view text);
 
 // Little-endian reads from a span, bounds-checked by the caller.
 inline uint16_t read_le16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "bevformer/error.h"
@@ -111,22 +109,6 @@ std::string Calibration::dump() const {
   return j.dump(1) + "\n";
 }
 
-void Calibration::save(const std::string& path) const {
-  const std::string text = dump();
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw Error(ErrorKind::kIo, "cannot open for writing").where(tmp);
-  const bool wrote = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !wrote) {
-    std::remove(tmp.c_str());
-    throw Error(ErrorKind::kIo, "write failed").where(tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw Error(ErrorKind::kIo, "cannot rename into place: " + ec.message()).where(path);
-  }
-}
+void Calibration::save(const std::string& path) const { write_file_atomically(path, dump()); }
 
 }  // namespace bev

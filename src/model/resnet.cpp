@@ -9,6 +9,10 @@
 namespace bev {
 namespace {
 
+// The dtype of activations only convolutions read: bf16 in bf16 precision (half the bytes, and no
+// rounding of an f32 copy in every conv), else f32.
+DType conv_activations(Ops& ops) { return ops.backend().precision() == Precision::kBF16 ? DType::kBF16 : DType::kF32; }
+
 Conv2dAttrs conv_attrs(int stride, int pad, bool relu, bool residual = false) {
   Conv2dAttrs a;
   a.stride_h = a.stride_w = stride;
@@ -33,8 +37,7 @@ BottleneckWeights load_bottleneck(Ops& ops, const WeightSource& w, const Backbon
   Conv2dAttrs a1 = w.int8_input(ops, p + ".conv1", conv_attrs(s1, 0, true));
   Conv2dAttrs a2 = dcn ? conv_attrs(s2, 1, true) : w.int8_input(ops, p + ".conv2", conv_attrs(s2, 1, true));
   const Conv2dAttrs a3 = w.int8_input(ops, p + ".conv3", conv_attrs(1, 0, true, true));
-  const bool bf16 = ops.backend().precision() == Precision::kBF16;
-  b.inner = bf16 ? DType::kBF16 : DType::kF32;
+  b.inner = conv_activations(ops);
   if (!dcn && a1.int8_step > 0 && a2.int8_step > 0 && a2.int8_unsigned && a3.int8_step > 0 && a3.int8_unsigned) {
     a1.int8_out_step = a2.int8_step;
     a2.int8_out_step = a3.int8_step;
@@ -118,7 +121,7 @@ ResNetWeights load_resnet(Ops& ops, const WeightSource& w, const BackboneConfig&
 }
 
 std::vector<Tensor> resnet_forward(Ops& ops, const ResNetWeights& w, const BackboneConfig& cfg, const Tensor& x) {
-  const DType act = ops.backend().precision() == Precision::kBF16 ? DType::kBF16 : DType::kF32;
+  const DType act = conv_activations(ops);
   ops.set_stage("img.stem");
   // In bf16 the pool reads and writes half the bytes, and its bf16 output is exactly what layer1's
   // convs would round the f32 pool output to (the max commutes with rounding).

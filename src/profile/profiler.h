@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/forwarding_backend.h"
 #include "backend/op.h"
 
 namespace bev {
@@ -100,9 +101,9 @@ class Profiler {
   std::unordered_map<std::string, uint32_t> text_ids_;
 };
 
-class ProfilingBackend final : public Backend {
+class ProfilingBackend final : public ForwardingBackend {
  public:
-  explicit ProfilingBackend(Backend& inner) : inner_(inner), precision_(inner.precision()) {}
+  explicit ProfilingBackend(Backend& inner) : ForwardingBackend(inner), precision_(inner.precision()) {}
 
   // Records into `profiler` from now on; nullptr detaches (the profiler is off).
   void attach(Profiler* profiler) {
@@ -110,25 +111,7 @@ class ProfilingBackend final : public Backend {
     stage_.clear();
   }
   Profiler* attached() const { return profiler_; }
-  Backend& inner() { return inner_; }
 
-  const char* name() const override { return inner_.name(); }
-  Device device() const override { return inner_.device(); }
-  Precision precision() const override { return inner_.precision(); }
-  BackendInfo info() const override { return inner_.info(); }
-  std::shared_ptr<Storage> allocate(size_t bytes) override { return inner_.allocate(bytes); }
-  void write(const Tensor& dst, const Tensor& host_src) override { inner_.write(dst, host_src); }
-  Tensor read(const Tensor& src) override { return inner_.read(src); }
-  void copy(const Tensor& dst, const Tensor& src) override { inner_.copy(dst, src); }
-  void synchronize() override { inner_.synchronize(); }
-  double measure_peak_gflops() override { return inner_.measure_peak_gflops(); }
-  std::shared_ptr<const void> prepare(OpKind kind, const OpAttrs& attrs, const Tensor& weight,
-                                      const Tensor* bias) override {
-    return inner_.prepare(kind, attrs, weight, bias);
-  }
-  bool fuses_bottleneck(const Shape& x_nhwc, const BottleneckAttrs& attrs) const override {
-    return inner_.fuses_bottleneck(x_nhwc, attrs);
-  }
   void run(const OpNode& node) override {
     if (profiler_ == nullptr) {
       inner_.run(node);
@@ -149,7 +132,6 @@ class ProfilingBackend final : public Backend {
                std::vector<OpTime>* times = nullptr) override;
 
  private:
-  Backend& inner_;
   Precision precision_;
   Profiler* profiler_ = nullptr;
   std::string stage_;  // the module stage an attached eager run is in

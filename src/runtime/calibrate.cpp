@@ -12,7 +12,9 @@ namespace bev {
 void CalibratingBackend::run(const OpNode& node) {
   inner_.run(node);
   if (node.kind != OpKind::conv2d || node.inputs.empty()) return;
-  const Tensor x = inner_.read(node.inputs[0]);  // a host copy, on any backend
+  // Host memory (the CPU backend's) is read where it is; any other backend's through a copy.
+  const Tensor& in = node.inputs[0];
+  const Tensor x = in.device() == Device::kCpu && in.is_contiguous() ? in : inner_.read(in);
   if (x.dtype() != DType::kF32) {
     throw Error(ErrorKind::kInternal, "calibrating conv '" + node.label + "' on a " + dtype_name(x.dtype()) + " input")
         .expected("an f32 model");

@@ -9,39 +9,23 @@
 #include <memory>
 #include <string>
 
-#include "backend/backend.h"
+#include "backend/forwarding_backend.h"
 #include "io/checkpoint.h"
 #include "model/calibration.h"
 #include "model/config.h"
 
 namespace bev {
 
-class CalibratingBackend final : public Backend {
+class CalibratingBackend final : public ForwardingBackend {
  public:
   // Ranges go into *sink, under each conv2d's op label.
-  CalibratingBackend(Backend& inner, Calibration* sink) : inner_(inner), sink_(sink) {}
+  CalibratingBackend(Backend& inner, Calibration* sink) : ForwardingBackend(inner), sink_(sink) {}
 
-  const char* name() const override { return inner_.name(); }
-  Device device() const override { return inner_.device(); }
-  Precision precision() const override { return inner_.precision(); }
-  BackendInfo info() const override { return inner_.info(); }
-  std::shared_ptr<Storage> allocate(size_t bytes) override { return inner_.allocate(bytes); }
-  void write(const Tensor& dst, const Tensor& host_src) override { inner_.write(dst, host_src); }
-  Tensor read(const Tensor& src) override { return inner_.read(src); }
-  void copy(const Tensor& dst, const Tensor& src) override { inner_.copy(dst, src); }
-  void synchronize() override { inner_.synchronize(); }
-  double measure_peak_gflops() override { return inner_.measure_peak_gflops(); }
-  std::shared_ptr<const void> prepare(OpKind kind, const OpAttrs& attrs, const Tensor& weight,
-                                      const Tensor* bias) override {
-    return inner_.prepare(kind, attrs, weight, bias);
-  }
   // Never: a fused block would hide the inputs of its conv2 and conv3.
   bool fuses_bottleneck(const Shape&, const BottleneckAttrs&) const override { return false; }
   void run(const OpNode& node) override;
-  void enter_stage(const std::string& stage) override { inner_.enter_stage(stage); }
 
  private:
-  Backend& inner_;
   Calibration* sink_;
 };
 

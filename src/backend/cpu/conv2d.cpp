@@ -43,11 +43,6 @@ dt dtype_of(const Tensor& t) { return t.dtype() == DType::kBF16 ? dt::bf16 : dt:
 // The convs int8 precision leaves in f32 (no calibrated step) are f32 convs in every way.
 Precision arithmetic_of(Precision p) { return p == Precision::kInt8 ? Precision::kF32 : p; }
 
-// PyTorch's output extent (floor); oneDNN accepts the same floor with symmetric padding.
-int64_t out_extent(int64_t in, int64_t k, int stride, int pad, int dilation) {
-  return (in + 2 * static_cast<int64_t>(pad) - static_cast<int64_t>(dilation) * (k - 1) - 1) / stride + 1;
-}
-
 }  // namespace
 
 struct Conv2d::State {
@@ -113,8 +108,8 @@ struct Conv2d::State {
   // GFLOP/s, copy + sum 76/118, sum in place (no copy) 89/136.
   dnnl::convolution_forward::primitive_desc make_pd(int64_t n, int64_t h, int64_t w, const dnnl::memory::desc& w_md,
                                                     dt out_dt = dt::f32) const {
-    const int64_t ho = out_extent(h, kh, attrs.stride_h, attrs.pad_h, attrs.dilation_h);
-    const int64_t wo = out_extent(w, kw, attrs.stride_w, attrs.pad_w, attrs.dilation_w);
+    const int64_t ho = conv_out_extent(h, kh, attrs.stride_h, attrs.pad_h, attrs.dilation_h);
+    const int64_t wo = conv_out_extent(w, kw, attrs.stride_w, attrs.pad_w, attrs.dilation_w);
     const dnnl::memory::desc src_md({n, in_ch_per_group * groups(), h, w}, src_dt(), tag::nhwc);
     const dnnl::memory::desc dst_md({n, out_ch, ho, wo}, out_dt, tag::nhwc);
     const dnnl::memory::desc bias_md = bias ? dnnl::memory::desc({out_ch}, dt::f32, tag::x) : dnnl::memory::desc();
@@ -290,13 +285,8 @@ Conv2d::Conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs&
   s.precision = precision;
   check_f32("weight", weight_oihw);
   if (weight_oihw.dim() != 4) invalid("weight is " + weight_oihw.describe(), "rank 4 OIHW");
-  if (attrs.stride_h < 1 || attrs.stride_w < 1 || attrs.dilation_h < 1 || attrs.dilation_w < 1 ||
-      attrs.pad_h < 0 || attrs.pad_w < 0 || attrs.groups < 1) {
-    invalid("attributes stride " + std::to_string(attrs.stride_h) + "x" + std::to_string(attrs.stride_w) + ", pad " +
-                std::to_string(attrs.pad_h) + "x" + std::to_string(attrs.pad_w) + ", dilation " +
-                std::to_string(attrs.dilation_h) + "x" + std::to_string(attrs.dilation_w) + ", groups " +
-                std::to_string(attrs.groups),
-            "stride, dilation, groups >= 1 and pad >= 0");
+  if (!conv2d_geometry_valid(attrs)) {
+    invalid("attributes " + conv2d_geometry_str(attrs), "stride, dilation, groups >= 1 and pad >= 0");
   }
   s.out_ch = weight_oihw.size(0);
   s.in_ch_per_group = weight_oihw.size(1);
@@ -349,9 +339,8 @@ Conv2d::Conv2d(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
 Conv2d Conv2d::with_attrs(const Conv2dAttrs& attrs) const {
   const State& s = *state_;
-  if (attrs.groups != s.attrs.groups || attrs.stride_h < 1 || attrs.stride_w < 1 || attrs.dilation_h < 1 ||
-      attrs.dilation_w < 1 || attrs.pad_h < 0 || attrs.pad_w < 0) {
-    invalid("derived attributes (groups " + std::to_string(attrs.groups) + ")",
+  if (attrs.groups != s.attrs.groups || !conv2d_geometry_valid(attrs)) {
+    invalid("derived attributes " + conv2d_geometry_str(attrs),
             "groups " + std::to_string(s.attrs.groups) + ", stride and dilation >= 1, pad >= 0");
   }
   auto d = std::make_unique<State>();
@@ -392,8 +381,8 @@ Shape Conv2d::output_shape(const Shape& in) const {
   if (in.size() != 4) invalid("input shape " + shape_str(in), "rank 4 NHWC");
   if (in[3] != c) invalid("input shape " + shape_str(in) + " (NHWC)", std::to_string(c) + " channels");
   if (in[0] < 1) invalid("input shape " + shape_str(in), "at least one image");
-  const int64_t ho = out_extent(in[1], s.kh, s.attrs.stride_h, s.attrs.pad_h, s.attrs.dilation_h);
-  const int64_t wo = out_extent(in[2], s.kw, s.attrs.stride_w, s.attrs.pad_w, s.attrs.dilation_w);
+  const int64_t ho = conv_out_extent(in[1], s.kh, s.attrs.stride_h, s.attrs.pad_h, s.attrs.dilation_h);
+  const int64_t wo = conv_out_extent(in[2], s.kw, s.attrs.stride_w, s.attrs.pad_w, s.attrs.dilation_w);
   if (in[1] < 1 || in[2] < 1 || ho < 1 || wo < 1) {
     invalid("input shape " + shape_str(in) + " gives an empty output for a " + std::to_string(s.kh) + "x" +
                 std::to_string(s.kw) + " kernel",

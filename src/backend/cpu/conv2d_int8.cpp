@@ -31,10 +31,6 @@ void check_tensor(const char* name, const Tensor& t, DType a, DType b) {
   }
 }
 
-int64_t out_extent(int64_t in, int64_t k, int stride, int pad, int dilation) {
-  return (in + 2 * static_cast<int64_t>(pad) - static_cast<int64_t>(dilation) * (k - 1) - 1) / stride + 1;
-}
-
 dt act_dt(DType a) { return a == DType::kU8 ? dt::u8 : dt::s8; }
 
 }  // namespace
@@ -114,8 +110,8 @@ struct Conv2dInt8::State {
   }
 
   dnnl::convolution_forward::primitive_desc make_pd(int64_t n, int64_t h, int64_t w) const {
-    const int64_t ho = out_extent(h, kh, attrs.stride_h, attrs.pad_h, attrs.dilation_h);
-    const int64_t wo = out_extent(w, kw, attrs.stride_w, attrs.pad_w, attrs.dilation_w);
+    const int64_t ho = conv_out_extent(h, kh, attrs.stride_h, attrs.pad_h, attrs.dilation_h);
+    const int64_t wo = conv_out_extent(w, kw, attrs.stride_w, attrs.pad_w, attrs.dilation_w);
     const dnnl::memory::desc src_md({n, in_ch(), h, w}, act_dt(act), tag::nhwc);
     const dnnl::memory::desc dst_md({n, out_ch, ho, wo}, out() == DType::kU8 ? dt::u8 : dt::f32, tag::nhwc);
     const dnnl::memory::desc bias_md = bias ? dnnl::memory::desc({out_ch}, dt::f32, tag::x) : dnnl::memory::desc();
@@ -194,9 +190,8 @@ Conv2dInt8::Conv2dInt8(const Tensor& weight_oihw, const Tensor* bias, const Conv
   if (!(act_scale >= FLT_MIN) || !std::isfinite(1.0f / act_scale)) {
     invalid("activation scale " + std::to_string(act_scale), "a normal float32 step whose inverse is finite");
   }
-  if (attrs.stride_h < 1 || attrs.stride_w < 1 || attrs.dilation_h < 1 || attrs.dilation_w < 1 || attrs.pad_h < 0 ||
-      attrs.pad_w < 0 || attrs.groups < 1) {
-    invalid("attributes with a stride, dilation or groups below 1 or a negative pad", "stride, dilation, groups >= 1, pad >= 0");
+  if (!conv2d_geometry_valid(attrs)) {
+    invalid("attributes " + conv2d_geometry_str(attrs), "stride, dilation, groups >= 1 and pad >= 0");
   }
   if (attrs.int8_out_step != 0 &&
       (!(attrs.int8_out_step > 0) || !std::isfinite(attrs.int8_out_step) || !attrs.relu || attrs.residual)) {
@@ -249,9 +244,8 @@ Conv2dInt8::Conv2dInt8(std::unique_ptr<State> state) : state_(std::move(state)) 
 
 Conv2dInt8 Conv2dInt8::with_attrs(const Conv2dAttrs& attrs) const {
   const State& s = *state_;
-  if (attrs.groups != s.attrs.groups || attrs.stride_h < 1 || attrs.stride_w < 1 || attrs.dilation_h < 1 ||
-      attrs.dilation_w < 1 || attrs.pad_h < 0 || attrs.pad_w < 0) {
-    invalid("derived attributes (groups " + std::to_string(attrs.groups) + ")",
+  if (attrs.groups != s.attrs.groups || !conv2d_geometry_valid(attrs)) {
+    invalid("derived attributes " + conv2d_geometry_str(attrs),
             "groups " + std::to_string(s.attrs.groups) + ", stride and dilation >= 1, pad >= 0");
   }
   if (attrs.int8_out_step != s.attrs.int8_out_step || attrs.int8_step != s.attrs.int8_step ||
@@ -291,8 +285,8 @@ Shape Conv2dInt8::output_shape(const Shape& in) const {
   if (in.size() != 4 || in[3] != s.in_ch() || in[0] < 1) {
     invalid("input shape " + shape_str(in), "rank 4 NHWC with " + std::to_string(s.in_ch()) + " channels");
   }
-  const int64_t ho = out_extent(in[1], s.kh, s.attrs.stride_h, s.attrs.pad_h, s.attrs.dilation_h);
-  const int64_t wo = out_extent(in[2], s.kw, s.attrs.stride_w, s.attrs.pad_w, s.attrs.dilation_w);
+  const int64_t ho = conv_out_extent(in[1], s.kh, s.attrs.stride_h, s.attrs.pad_h, s.attrs.dilation_h);
+  const int64_t wo = conv_out_extent(in[2], s.kw, s.attrs.stride_w, s.attrs.pad_w, s.attrs.dilation_w);
   if (in[1] < 1 || in[2] < 1 || ho < 1 || wo < 1) invalid("input shape " + shape_str(in), "a map the kernel fits");
   return {in[0], ho, wo, s.out_ch};
 }
