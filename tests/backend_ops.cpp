@@ -249,7 +249,7 @@ std::string dtype_of(const OpNode& n) {
 
 bool matmul_class(OpKind k) {
   return k == OpKind::conv2d || k == OpKind::bottleneck || k == OpKind::deform_conv2d || k == OpKind::linear ||
-         k == OpKind::batched_matmul;
+         k == OpKind::batched_matmul || k == OpKind::attention;
 }
 
 int check_cases(const Options& o, const std::vector<OpCase>& cases) {

@@ -98,6 +98,7 @@ void upsample_nearest_add_cases(CaseList& l);
 // backend_ops_cases_bev.cpp
 void linear_cases(CaseList& l);
 void batched_matmul_cases(CaseList& l);
+void attention_cases(CaseList& l);
 void layer_norm_cases(CaseList& l);
 void softmax_cases(CaseList& l);
 void unary_cases(CaseList& l);  // relu, sigmoid, inverse_sigmoid

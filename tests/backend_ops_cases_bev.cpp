@@ -103,6 +103,32 @@ void batched_matmul_cases(CaseList& l) {
 
 namespace {
 
+void add_attention(CaseList& l, std::string tag, Shape q, int64_t k_len, AttentionAttrs attrs) {
+  l.add(std::move(tag), [q, k_len, attrs](Ops& ops, uint64_t seed) {
+    const Shape kv = {q[0], k_len, q[2]};
+    ops.attention(up(ops, values(q, seed, 2.0f)), up(ops, values(kv, seed + 1, 2.0f)), up(ops, values(kv, seed + 2)),
+                  attrs, "x");
+  });
+}
+
+}  // namespace
+
+void attention_cases(CaseList& l) {
+  if (l.set() == ShapeSet::kAwkward) {
+    add_attention(l, "1 query 1 key", {1, 1, 1}, 1, {});
+    add_attention(l, "3 heads of 5, 37x29", {2, 37, 15}, 29, {.heads = 3, .scale = 0.4f});
+    add_attention(l, "8 heads, 1000 queries x 7 keys", {1, 1000, 64}, 7, {.heads = 8, .scale = 0.35f});
+    return;
+  }
+  const Graph g = graph(l.set());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(g.hd));
+  add_attention(l, "dec.self_attn", {1, g.queries, g.c}, g.queries, {.heads = static_cast<int>(g.heads), .scale = scale});
+  add_attention(l, "dec.self_attn, 3 vehicles", {3, g.queries, g.c}, g.queries,
+                {.heads = static_cast<int>(g.heads), .scale = scale});
+}
+
+namespace {
+
 void add_layer_norm(CaseList& l, std::string tag, Shape x, float mean = 0.0f, float eps = 1e-5f) {
   l.add(std::move(tag), [x, mean, eps](Ops& ops, uint64_t seed) {
     Tensor h = values(x, seed, 2.0f);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <vector>
 
 #include "core/half.h"
 
@@ -106,6 +107,35 @@ TEST(BFloat16, SpecialsAndRoundTrip) {
     if (!std::isnan(f)) {
       ASSERT_EQ(float_to_bf16(f), h);
     }
+  }
+}
+
+// The array conversion (16 lanes at a time where AVX-512BW is present) gives float_to_bf16's bits,
+// at every length's tail, on ties, specials and NaN with payload only in the dropped bits.
+TEST(BFloat16, ArrayConversionMatchesScalar) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<uint32_t> bits;
+  std::vector<float> src(1000);
+  for (size_t i = 0; i < src.size(); ++i) {
+    uint32_t u = bits(rng);
+    if (i % 5 == 0) u = (u & 0xffff0000u) | 0x8000u;
+    src[i] = bits_float(u);
+  }
+  src[3] = bits_float(0x7f800001u);
+  src[4] = std::numeric_limits<float>::infinity();
+  src[5] = std::numeric_limits<float>::max();
+  src[6] = -0.0f;
+  for (size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{33}, size_t{1000}}) {
+    std::vector<uint16_t> got(n + 1, 0xabcd);
+    float_to_bf16_n(src.data(), got.data(), n);
+    for (size_t i = 0; i < n; ++i) {
+      if (std::isnan(src[i])) {
+        ASSERT_TRUE(std::isnan(bf16_to_float(got[i]))) << i;
+      } else {
+        ASSERT_EQ(got[i], float_to_bf16(src[i])) << "n " << n << " element " << i;
+      }
+    }
+    ASSERT_EQ(got[n], 0xabcd) << "wrote past " << n;
   }
 }
 

@@ -24,6 +24,7 @@ namespace bev {
   X(deform_conv2d)        \
   X(linear)               \
   X(batched_matmul)       \
+  X(attention)            \
   X(layer_norm)           \
   X(softmax)              \
   X(relu)                 \
@@ -126,6 +127,13 @@ struct BatchedMatmulAttrs {
   float scale = 1.0f;
 };
 
+// Scaled dot-product attention: per sample and head, softmax(scale * q k^T) v over the head's
+// C / heads columns (q [B, Q, C], k and v [B, K, C] -> [B, Q, C]).
+struct AttentionAttrs {
+  int heads = 1;
+  float scale = 1.0f;
+};
+
 struct LayerNormAttrs {
   float eps = 1e-5f;
 };
@@ -172,7 +180,7 @@ struct CountNonfiniteAttrs {
 };
 
 using OpAttrs = std::variant<std::monostate, Conv2dAttrs, BottleneckAttrs, DeformConv2dAttrs, LinearAttrs, BatchedMatmulAttrs,
-                             LayerNormAttrs, InverseSigmoidAttrs, MsdaAttrs, SamplingLocationsAttrs,
+                             AttentionAttrs, LayerNormAttrs, InverseSigmoidAttrs, MsdaAttrs, SamplingLocationsAttrs,
                              BboxDenormalizeAttrs, TopkAttrs, ConcatAttrs, PermuteAttrs, CountNonfiniteAttrs>;
 
 struct OpNode {

@@ -370,6 +370,22 @@ Tensor Ops::batched_matmul(const Tensor& a, const Tensor& b, const BatchedMatmul
   return emit({OpKind::batched_matmul, std::move(label), attrs, {a, b}, {output({a.size(0), a.size(1), n})}, nullptr});
 }
 
+Tensor Ops::attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionAttrs& attrs, std::string label) {
+  expect_rank("attention", label, "q", q, 3);
+  expect_rank("attention", label, "k", k, 3);
+  expect_rank("attention", label, "v", v, 3);
+  const int64_t c = q.size(2);
+  if (k.size(0) != q.size(0) || k.size(2) != c || v.shape() != k.shape() || k.size(1) < 1) {
+    shape_error("attention", label, "q " + q.describe() + ", k " + k.describe() + ", v " + v.describe(),
+                "k and v [B, K, C] for q [B, Q, C]");
+  }
+  if (attrs.heads < 1 || c % attrs.heads != 0) {
+    shape_error("attention", label, std::to_string(attrs.heads) + " heads for " + std::to_string(c) + " channels",
+                "C a multiple of heads >= 1");
+  }
+  return emit({OpKind::attention, std::move(label), attrs, {q, k, v}, {output(q.shape())}, nullptr});
+}
+
 Tensor Ops::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, std::string label) {
   const int64_t c = x.size(-1);
   if (gamma.shape() != Shape{c} || beta.shape() != Shape{c}) {

@@ -84,6 +84,9 @@ class Ops {
   // Rows are the leading dimensions flattened: [..., in] -> [..., out].
   Tensor linear(const Tensor& x, const PreparedWeights& w, std::string label = {});
   Tensor batched_matmul(const Tensor& a, const Tensor& b, const BatchedMatmulAttrs& attrs, std::string label = {});
+  // Per sample and head: softmax(scale * q k^T) v over the head's C / heads columns;
+  // q [B, Q, C], k and v [B, K, C] -> [B, Q, C].
+  Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionAttrs& attrs, std::string label = {});
   Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps = 1e-5f,
                     std::string label = {});
   Tensor softmax(const Tensor& x, std::string label = {});  // over the last dimension

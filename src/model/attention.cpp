@@ -120,22 +120,12 @@ Tensor mha_forward(Ops& ops, const MhaWeights& w, int num_heads, const Tensor& x
   const Tensor qk = batch == 1 ? ops.add(x, pos, label + ".query")
                                : ops.add(x.reshape({batch, q_len, c}), pos.reshape({1, q_len, c}), label + ".query")
                                      .reshape({rows, c});
-  // [B*Q, C] -> [B*heads, Q, hd]: each sample's heads attend within the sample.
-  auto heads = [&](const Tensor& t, const std::string& name) {
-    if (batch == 1) return ops.permute(t.reshape({q_len, num_heads, hd}), {1, 0, 2}, label + "." + name + "_heads");
-    return ops.permute(t.reshape({batch, q_len, num_heads, hd}), {0, 2, 1, 3}, label + "." + name + "_heads")
-        .reshape({batch * num_heads, q_len, hd});
-  };
-  const Tensor q = heads(ops.linear(qk, w.q_proj, label + ".q_proj"), "q");
-  const Tensor k = heads(ops.linear(qk, w.k_proj, label + ".k_proj"), "k");
-  const Tensor v = heads(ops.linear(x, w.v_proj, label + ".v_proj"), "v");
+  // Each sample's queries attend within the sample, head by head over hd = C / heads columns.
+  const Tensor q = ops.linear(qk, w.q_proj, label + ".q_proj").reshape({batch, q_len, c});
+  const Tensor k = ops.linear(qk, w.k_proj, label + ".k_proj").reshape({batch, q_len, c});
+  const Tensor v = ops.linear(x, w.v_proj, label + ".v_proj").reshape({batch, q_len, c});
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const Tensor attn = ops.softmax(ops.batched_matmul(q, k, {.transpose_b = true, .scale = scale}, label + ".scores"),
-                                  label + ".softmax");
-  const Tensor context = ops.batched_matmul(attn, v, {}, label + ".context");
-  const Tensor ctx = batch == 1 ? ops.permute(context, {1, 0, 2}, label + ".merge").reshape({q_len, c})
-                                : ops.permute(context.reshape({batch, num_heads, q_len, hd}), {0, 2, 1, 3}, label + ".merge")
-                                      .reshape({rows, c});
+  const Tensor ctx = ops.attention(q, k, v, {.heads = num_heads, .scale = scale}, label + ".attention").reshape({rows, c});
   return ops.add(x, ops.linear(ctx, w.out_proj, label + ".out_proj"), label);
 }
 

@@ -132,6 +132,7 @@ double flops_per_output_element(OpKind kind) {
     case OpKind::deform_conv2d:
     case OpKind::linear:
     case OpKind::batched_matmul:
+    case OpKind::attention:
     case OpKind::msda:
     case OpKind::scatter_add_rows:
     case OpKind::bbox_denormalize:
@@ -177,6 +178,11 @@ double op_flops(const OpNode& n) {
       return n.weight_shape.size() == 2 ? 2 * out * static_cast<double>(n.weight_shape[1]) : 0;
     case OpKind::batched_matmul:  // a [B, M, K] -> out [B, M, N]
       return 2 * out * static_cast<double>(n.inputs[0].size(2));
+    case OpKind::attention: {  // q k^T and p v, 2 * Q * K * C each, + softmax's 5 per score
+      const double scores = static_cast<double>(n.inputs[0].size(0)) * n.inputs[0].size(1) * n.inputs[1].size(1);
+      const auto* a = std::get_if<AttentionAttrs>(&n.attrs);
+      return 4 * scores * static_cast<double>(n.inputs[0].size(2)) + 5 * scores * (a ? a->heads : 1);
+    }
     case OpKind::msda: {  // per sample: 4 corners x head_dim multiply-adds
       const double samples = numel(n.inputs[1]) / 2;
       return 8 * samples * static_cast<double>(n.inputs[0].size(3));

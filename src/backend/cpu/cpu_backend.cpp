@@ -6,6 +6,7 @@
 #include <variant>
 
 #include "backend/backend.h"
+#include "backend/cpu/attention.h"
 #include "backend/cpu/attention_glue.h"
 #include "backend/cpu/bottleneck.h"
 #include "backend/cpu/conv2d.h"
@@ -137,6 +138,12 @@ class CpuBackend final : public Backend {
         const auto& a = std::get<BatchedMatmulAttrs>(n.attrs);
         Tensor y = out;
         cpu::batched_matmul(in[0], in[1], a.transpose_b, a.scale, y, precision_);
+        return;
+      }
+      case OpKind::attention: {
+        const auto& a = std::get<AttentionAttrs>(n.attrs);
+        Tensor y = out;
+        cpu::attention(in[0], in[1], in[2], a.heads, a.scale, y, precision_, &pool_);
         return;
       }
       case OpKind::layer_norm: {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cpu/kernel_check.h"
+#include "core/half.h"
 
 namespace bev::cpu {
 namespace {
@@ -215,6 +216,81 @@ __attribute__((target("avx512f"))) void softmax_rows_avx512(const float* x, floa
   }
 }
 
+// e into x[c..] (y null) or rounded to bf16 into y[c..]: core/half.h's float_to_bf16 on 16 lanes,
+// with AVX-512BW's 16-bit stores. The maskz spellings: GCC 12's plain shifts and narrowing trip
+// -Wmaybe-uninitialized.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void store_f32_or_bf16(float* x, uint16_t* y, int64_t c,
+                                                                                   __mmask16 m, __m512 e) {
+  if (y == nullptr) return _mm512_mask_storeu_ps(x + c, m, e);
+  const __m512i sixteen = _mm512_set1_epi32(16);
+  const __m512i u = _mm512_castps_si512(e);
+  const __m512i lsb = _mm512_and_si512(_mm512_maskz_srlv_epi32(0xFFFF, u, sixteen), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(e, e, _CMP_UNORD_Q), _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
+  _mm256_mask_storeu_epi16(y + c, m, _mm512_maskz_cvtepi32_epi16(0xFFFF, _mm512_maskz_srlv_epi32(0xFFFF, r, sixteen)));
+}
+
+// exp(x - max) of each row, in place or rounded into y_bf16, and the row's sum.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void softmax_numerator_rows_avx512(
+    float* x, uint16_t* y_bf16, float* sums, int64_t c_len, int64_t r0, int64_t r1) {
+  const int64_t full = c_len / 16 * 16;
+  const __mmask16 tm = tail_mask(c_len - full);
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t r = r0; r < r1; ++r) {
+    float* xr = x + r * c_len;
+    uint16_t* yr = y_bf16 ? y_bf16 + r * c_len : nullptr;
+    __m512 m = ninf;
+    __mmask16 nan = 0;
+    for (int64_t c = 0; c < full; c += 16) {
+      const __m512 v = _mm512_loadu_ps(xr + c);
+      nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      m = max16(v, m);
+    }
+    if (tm) {
+      const __m512 v = _mm512_mask_loadu_ps(ninf, tm, xr + full);
+      nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      m = max16(v, m);
+    }
+    const __m512 vmx = _mm512_set1_ps(nan ? std::numeric_limits<float>::quiet_NaN() : hmax16(m));
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t c = 0; c < full; c += 16) {
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(xr + c), vmx));
+      store_f32_or_bf16(xr, yr, c, 0xFFFF, e);
+      sum = _mm512_add_ps(sum, e);
+    }
+    if (tm) {
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tm, xr + full), vmx));
+      store_f32_or_bf16(xr, yr, full, tm, e);
+      sum = _mm512_mask_add_ps(sum, tm, sum, e);
+    }
+    sums[r] = hsum16(sum);
+  }
+}
+
+void softmax_numerator_rows_scalar(float* x, uint16_t* y_bf16, float* sums, int64_t c_len, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    float* xr = x + r * c_len;
+    float mx = -std::numeric_limits<float>::infinity();
+    bool nan = false;
+    for (int64_t c = 0; c < c_len; ++c) {
+      nan |= std::isnan(xr[c]);
+      mx = xr[c] > mx ? xr[c] : mx;
+    }
+    if (nan) mx = std::numeric_limits<float>::quiet_NaN();
+    float sum = 0.0f;
+    for (int64_t c = 0; c < c_len; ++c) {
+      const float e = std::exp(xr[c] - mx);
+      sum += e;
+      if (y_bf16) {
+        y_bf16[r * c_len + c] = float_to_bf16(e);
+      } else {
+        xr[c] = e;
+      }
+    }
+    sums[r] = sum;
+  }
+}
+
 // Rows narrower than a vector (TSA's and the decoder's 4 points per head): one exp16 per row
 // would waste most lanes and pay a horizontal max and sum per row, so the rows are shifted by
 // their max in scalar code, exponentiated as one flat array, then normalized row by row.
@@ -383,15 +459,27 @@ void softmax(const Tensor& x, Tensor& y, ThreadPool* pool) {
   const int64_t rows = x.numel() / c_len;
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
-  for_rows(pool, rows, std::max<int64_t>(1, 4096 / c_len), [&](int64_t r0, int64_t r1) {
-    if (kHaveAvx512 && c_len < 16) {
-      softmax_narrow_rows_avx512(xp, yp, c_len, r0, r1);
-    } else if (kHaveAvx512) {
-      softmax_rows_avx512(xp, yp, c_len, r0, r1);
-    } else {
-      softmax_rows_scalar(xp, yp, c_len, r0, r1);
-    }
-  });
+  for_rows(pool, rows, std::max<int64_t>(1, 4096 / c_len),
+           [&](int64_t r0, int64_t r1) { softmax_rows(xp, yp, c_len, r0, r1); });
+}
+
+void softmax_numerators(float* x, uint16_t* y_bf16, float* sums, int64_t c_len, int64_t r0, int64_t r1) {
+  static const bool bw = kHaveAvx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  if (bw) {
+    softmax_numerator_rows_avx512(x, y_bf16, sums, c_len, r0, r1);
+  } else {
+    softmax_numerator_rows_scalar(x, y_bf16, sums, c_len, r0, r1);
+  }
+}
+
+void softmax_rows(const float* x, float* y, int64_t c_len, int64_t r0, int64_t r1) {
+  if (kHaveAvx512 && c_len < 16) {
+    softmax_narrow_rows_avx512(x, y, c_len, r0, r1);
+  } else if (kHaveAvx512) {
+    softmax_rows_avx512(x, y, c_len, r0, r1);
+  } else {
+    softmax_rows_scalar(x, y, c_len, r0, r1);
+  }
 }
 
 void relu(const Tensor& x, Tensor& y, ThreadPool* pool) {

@@ -1,0 +1,158 @@
+// cpu::attention against softmax(scale q k^T) v computed in double, head by head.
+//
+// Error measure: |y - ref| / S per output, S = sum_j p_j |v_j| (the magnitude of the weighted sum).
+// A score's error E (absolute) moves each p_j by at most about 2E relatively, so y moves by at
+// most 2E S; the sum over K keys adds (K + 4) 2^-24 S and exp's 2 ulp are inside the +4.
+//   f32:  E = scale sum_d |q_d k_d| (hd + 2) 2^-24
+//   bf16: q and k rounded (2^-8 each, so 2^-7 + 2^-16 on the products), then p and v rounded
+//         (2^-8 each on the second product).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/attention.h"
+#include "backend/cpu/onednn.h"
+#include "core/thread_pool.h"
+#include "error_test_util.h"
+#include "kernel_test_util.h"
+
+namespace bev::cpu {
+namespace {
+
+using kernel_test::random_tensor;
+
+struct Case {
+  int64_t batch, q_len, k_len, c;
+  int heads;
+  float scale;
+};
+
+// Max over outputs of |y - ref| / (bound * S); <= 1 passes.
+double worst_ratio(const Case& t, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& y, Precision p) {
+  const int64_t hd = t.c / t.heads;
+  const float* qp = q.data<float>();
+  const float* kp = k.data<float>();
+  const float* vp = v.data<float>();
+  const float* yp = y.data<float>();
+  const double u = std::ldexp(1.0, -24);
+  double worst = 0;
+  std::vector<double> s(static_cast<size_t>(t.k_len)), mag(static_cast<size_t>(t.k_len));
+  for (int64_t b = 0; b < t.batch; ++b)
+    for (int h = 0; h < t.heads; ++h)
+      for (int64_t i = 0; i < t.q_len; ++i) {
+        const float* qi = qp + (b * t.q_len + i) * t.c + h * hd;
+        double mx = -1e300, e_s = 0;
+        for (int64_t j = 0; j < t.k_len; ++j) {
+          const float* kj = kp + (b * t.k_len + j) * t.c + h * hd;
+          double acc = 0, m = 0;
+          for (int64_t d = 0; d < hd; ++d) {
+            acc += static_cast<double>(qi[d]) * kj[d];
+            m += std::fabs(static_cast<double>(qi[d]) * kj[d]);
+          }
+          s[j] = acc * t.scale;
+          mag[j] = m * std::fabs(t.scale);
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < t.k_len; ++j) {
+          e_s = std::max(e_s, mag[j] * (p == Precision::kF32 ? (hd + 2) * u : std::ldexp(1.0, -7) + std::ldexp(1.0, -16) + (hd + 2) * u));
+          s[j] = std::exp(s[j] - mx);
+          sum += s[j];
+        }
+        const double bound = 2 * e_s + (t.k_len + 4) * u + (p == Precision::kF32 ? 0 : std::ldexp(1.0, -7));
+        for (int64_t d = 0; d < hd; ++d) {
+          double ref = 0, mag_y = 0;
+          for (int64_t j = 0; j < t.k_len; ++j) {
+            const double vj = vp[(b * t.k_len + j) * t.c + h * hd + d];
+            ref += s[j] / sum * vj;
+            mag_y += s[j] / sum * std::fabs(vj);
+          }
+          const double got = yp[(b * t.q_len + i) * t.c + h * hd + d];
+          worst = std::max(worst, std::fabs(got - ref) / std::max(bound * mag_y, 1e-30));
+        }
+      }
+  return worst;
+}
+
+void check(const Case& t, Precision p, int threads) {
+  const uint32_t seed = static_cast<uint32_t>(t.batch * 131 + t.q_len * 7 + t.k_len * 3 + t.c + t.heads);
+  // Scores of a few units, so the softmax is neither flat nor one-hot.
+  const Tensor q = random_tensor({t.batch, t.q_len, t.c}, seed, -2.0f, 2.0f);
+  const Tensor k = random_tensor({t.batch, t.k_len, t.c}, seed + 1, -2.0f, 2.0f);
+  const Tensor v = random_tensor({t.batch, t.k_len, t.c}, seed + 2);
+  Tensor y = Tensor::empty({t.batch, t.q_len, t.c}, DType::kF32);
+  ThreadPool pool(threads);
+  attention(q, k, v, t.heads, t.scale, y, p, &pool);
+  const double r = worst_ratio(t, q, k, v, y, p);
+  EXPECT_LE(r, 1.0) << (p == Precision::kF32 ? "f32" : "bf16") << " B=" << t.batch << " Q=" << t.q_len
+                    << " K=" << t.k_len << " C=" << t.c << " heads=" << t.heads << ": error " << r << " of the bound";
+  // A second call replays the same plan on the same inputs: the same bits.
+  Tensor y2 = Tensor::empty({t.batch, t.q_len, t.c}, DType::kF32);
+  attention(q, k, v, t.heads, t.scale, y2, p, &pool);
+  EXPECT_EQ(0, std::memcmp(y.data<float>(), y2.data<float>(), static_cast<size_t>(y.nbytes())));
+}
+
+const Case kCases[] = {
+    {1, 1, 1, 1, 1, 1.0f},          // one query, one key
+    {2, 37, 29, 15, 3, 0.4f},       // heads of 5, two samples
+    {1, 1000, 7, 64, 8, 0.35f},     // many queries, few keys
+    {3, 45, 45, 256, 8, 0.1767767f},  // the decoder's channels, three vehicles
+};
+
+TEST(CpuAttention, MatchesDoubleReferenceF32) {
+  for (const Case& t : kCases) check(t, Precision::kF32, 2);
+}
+
+TEST(CpuAttention, MatchesDoubleReferenceBF16) {
+  for (const Case& t : kCases) check(t, Precision::kBF16, 2);
+}
+
+TEST(CpuAttention, SeveralBlocksWithAShortLast) {
+  // Keys enough that a block holds fewer rows than there are queries, and the rows do not divide.
+  const Case t{2, 203, 3001, 14, 2, 0.3f};
+  const int64_t block = attention_block_rows(t.q_len, t.k_len, t.heads);
+  ASSERT_LT(block, t.q_len);
+  ASSERT_NE(t.q_len % block, 0);
+  check(t, Precision::kF32, 2);
+  check(t, Precision::kBF16, 1);
+}
+
+TEST(CpuAttention, NanPoisonsOnlyItsRowAndHead) {
+  const Case t{1, 9, 11, 8, 2, 0.5f};
+  Tensor q = random_tensor({1, 9, 8}, 7);
+  const Tensor k = random_tensor({1, 11, 8}, 8), v = random_tensor({1, 11, 8}, 9);
+  q.data<float>()[5 * 8 + 1] = std::numeric_limits<float>::quiet_NaN();  // query 5, head 0
+  Tensor y = Tensor::empty({1, 9, 8}, DType::kF32);
+  for (Precision p : {Precision::kF32, Precision::kBF16}) {
+    attention(q, k, v, t.heads, t.scale, y, p);
+    for (int64_t i = 0; i < 9; ++i)
+      for (int64_t c = 0; c < 8; ++c) {
+        const bool poisoned = i == 5 && c < 4;
+        EXPECT_EQ(poisoned, std::isnan(y.data<float>()[i * 8 + c])) << "query " << i << " channel " << c;
+      }
+  }
+}
+
+TEST(CpuAttention, RefusesBadShapes) {
+  const Tensor q = random_tensor({2, 5, 12}, 1), k = random_tensor({2, 7, 12}, 2), v = random_tensor({2, 7, 12}, 3);
+  Tensor y = Tensor::empty({2, 5, 12}, DType::kF32);
+  test::expect_invalid_input([&] { attention(q, k, v, 5, 1.0f, y, Precision::kF32); }, "multiple of heads");
+  test::expect_invalid_input([&] { attention(q, random_tensor({1, 7, 12}, 4), v, 4, 1.0f, y, Precision::kF32); },
+                             "f32[2, K, 12]");
+  test::expect_invalid_input([&] { attention(q, k, random_tensor({2, 6, 12}, 5), 4, 1.0f, y, Precision::kF32); },
+                             "v shaped as k");
+  Tensor y_bad = Tensor::empty({2, 5, 11}, DType::kF32);
+  test::expect_invalid_input([&] { attention(q, k, v, 4, 1.0f, y_bad, Precision::kF32); }, "f32[2, 5, 12]");
+  Tensor alias = q;
+  test::expect_invalid_input([&] { attention(q, k, v, 4, 1.0f, alias, Precision::kF32); }, "disjoint");
+  test::expect_invalid_input([&] { attention(random_tensor({5, 12}, 6), k, v, 4, 1.0f, y, Precision::kF32); },
+                             "f32[B, Q, C]");
+}
+
+}  // namespace
+}  // namespace bev::cpu
