@@ -101,6 +101,8 @@ struct MiniStage {
     Tensor att2 = att.reshape({198, 8});
     Tensor heads = ops.batched_matmul(ops.permute(att.reshape({198, 2, 4}), {1, 0, 2}),
                                       ops.permute(att.reshape({198, 2, 4}), {1, 0, 2}), {.transpose_b = true, .scale = 0.5f});
+    Tensor ctx = ops.attention(att.reshape({2, 99, 8}), att.reshape({2, 99, 8}), ops.relu(att2).reshape({2, 99, 8}),
+                               {.heads = 2, .scale = 0.5f}, "attention");
     Tensor g = ops.gather_rows(att2, idx, "gather");
     Tensor acc = ops.scatter_add_rows(g, idx, ops.relu(att2), "scatter");
     // Padded gather and scatter into a fresh zeros: replay must zero it again before adding.
@@ -110,7 +112,7 @@ struct MiniStage {
     Tensor cat = ops.concat({acc, att2, gm}, 0, "concat");
     auto [top, top_idx] = ops.topk(cat.reshape({-1}), 10, "topk");
     count = ops.count_nonfinite(cat, 2, "count");  // i64: kept beside the result
-    return ops.concat({top, heads.reshape({-1}).slice(0, 0, 5).contiguous(), boxes.reshape({-1}),
+    return ops.concat({top, heads.reshape({-1}).slice(0, 0, 5).contiguous(), ctx.reshape({-1}), boxes.reshape({-1}),
                        g_pad.reshape({-1}), acc_pad.reshape({-1})},
                       0);
   }

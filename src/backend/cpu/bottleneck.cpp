@@ -123,6 +123,7 @@ Bottleneck::~Bottleneck() = default;
 
 bool Bottleneck::pays(const Shape& x, int64_t planes, int64_t out_ch, DType act) {
   if (x.size() != 4) return false;
+  if (act == DType::kBF16 && isa_has_amx()) return false;
   // x and y: in bf16 precision mostly bf16 like t1 and t2; in int8 f32 (only t1, t2 are u8 codes).
   const size_t as = dtype_size(act), io = act == DType::kU8 ? dtype_size(DType::kF32) : as;
   return strip_rows(kStripBytes, x[1], x[2], x[3], planes, out_ch, io, as, io) * x[2] >= kMinStripPixels;

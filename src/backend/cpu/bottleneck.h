@@ -55,7 +55,10 @@ class Bottleneck {
   // Whether fusing pays on input x (activations in `act`): when a strip holds at least
   // kMinStripPixels. Narrow maps give strips so small that oneDNN's fixed cost per call outweighs
   // the memory traffic saved (ResNet-50 layer3 at 30x50: 5% slower fused, layer4 at 15x25: 22%);
-  // their maps fit in L3 anyway.
+  // their maps fit in L3 anyway. Never for bf16 on AMX, where the convs run at tile rate and a
+  // strip's oneDNN calls cost more than the cache saves (tiny layer1 on the AMX Xeon, 2 threads:
+  // block 0 19.6 ms conv by conv against 23.0 fused, the others 15.9 against 17.4; layer2 9.9
+  // against 9.6; f32 there still gains 3-4% fused).
   static bool pays(const Shape& x_nhwc, int64_t planes, int64_t out_ch, DType act);
 
   // Strips are as many rows as keep a thread's working set (x, t1, t2 and y rows, conv3's f32 sum)

@@ -65,6 +65,11 @@ std::string isa_name() {
   }
 }
 
+bool isa_has_amx() {
+  static const bool amx = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
+  return amx;
+}
+
 dnnl::memory::data_type to_dnnl(DType dtype) {
   using dt = dnnl::memory::data_type;
   switch (dtype) {

@@ -38,6 +38,8 @@ int num_threads();
 
 // Name of the ISA oneDNN dispatches to on this machine, e.g. "avx512_core_bf16" (for reports).
 std::string isa_name();
+// Whether oneDNN runs on AMX tiles here (bf16 and int8): some fusions that pay on AVX-512 do not.
+bool isa_has_amx();
 
 dnnl::memory::data_type to_dnnl(DType dtype);  // throws kUnsupported for dtypes oneDNN lacks
 dnnl::memory::dims to_dims(const Shape& shape);
