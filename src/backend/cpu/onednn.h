@@ -114,11 +114,12 @@ void expect_f32_contiguous(const char* op, const char* name, const Tensor& t);  
 // Whether the bytes of two contiguous tensors intersect.
 bool overlaps(const Tensor& a, const Tensor& b);
 
-// This machine's measured matmul rate in GFLOP/s: best of `repeats` runs of a size^3 oneDNN
-// matmul (f32; bf16 sources with f32 accumulation and output; int8: u8 x s8 into s32, in GOP/s
-// but named GFLOP/s like the others). The denominator for "% of
-// peak" in benchmarks and profiles. Best-of rather than median, because on a shared machine the
-// best run is the one closest to what the cores can do; about a second at the defaults.
+// This machine's measured matmul rate in GFLOP/s: the best of `repeats` runs of a size^3 oneDNN
+// matmul and of 4 x repeats runs of (size/2)^3 and (size/4)^3 (f32; bf16 sources with f32
+// accumulation and output; int8: u8 x s8 into s32, in GOP/s but named GFLOP/s like the others).
+// The denominator for "% of peak" in benchmarks and profiles. Best-of rather than median, because
+// on a shared machine the best run is the one closest to what the cores can do; the smaller cubes
+// because on AMX the largest is bound by memory (onednn.cpp). About two seconds at the defaults.
 double measure_peak_gflops(Precision precision, int64_t size = 2048, int repeats = 10);
 
 // Implementation name oneDNN picked for a primitive descriptor, e.g. "brg:avx512_core" (reports).
