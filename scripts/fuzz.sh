@@ -99,22 +99,41 @@ printf '{"format": "bevformer-calibration-v1", "model": "bevfp1-0", "config": "t
 targets=(fuzz_pth fuzz_safetensors fuzz_pickle fuzz_frame_json fuzz_pandaset fuzz_server_request fuzz_eval_results fuzz_http_connection
   fuzz_oip_request fuzz_stream_handoff fuzz_calibration)
 [ -x "$dir/bin/fuzz_grpc_infer" ] && targets+=(fuzz_grpc_infer)  # built with BEV_GRPC
-fail=0
-for target in "${targets[@]}"; do
+# Targets run side by side, one per CPU (libFuzzer runs one process per target): the same
+# seconds each, in half the wall time on CI's two cores.
+run_target() {
+  local target=$1
   mkdir -p "$work/$target"
   cp "$work/seeds/$target"/* "$work/$target/"
   # Inputs that once crashed a target are replayed first, every run.
   if [ -d "fuzz/regressions/$target" ]; then cp "fuzz/regressions/$target"/* "$work/$target/"; fi
   if "$dir/bin/$target" "$work/$target" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
       -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$artifacts/$target-" >"$work/$target.log" 2>&1; then
-    echo "fuzz: $target ok: $(grep -E '^stat::number_of_executed_units' "$work/$target.log" | awk '{print $2}') runs in ${seconds} s"
+    echo "fuzz: $target ok: $(grep -E '^stat::number_of_executed_units' "$work/$target.log" | awk '{print $2}') runs in ${seconds} s" \
+      >"$work/$target.result"
   else
-    echo "fuzz: $target FAILED" >&2
-    tail -n 40 "$work/$target.log" >&2
-    for f in "$artifacts/$target"-*; do
-      [ -e "$f" ] || continue
-      echo "fuzz: reproducer $f (replay: $dir/bin/$target $f); base64 head: $(base64 -w0 "$f" | head -c 400)" >&2
-    done
+    {
+      echo "fuzz: $target FAILED"
+      tail -n 40 "$work/$target.log"
+      for f in "$artifacts/$target"-*; do
+        [ -e "$f" ] || continue
+        echo "fuzz: reproducer $f (replay: $dir/bin/$target $f); base64 head: $(base64 -w0 "$f" | head -c 400)"
+      done
+    } >"$work/$target.failed"
+  fi
+}
+jobs_at_once=$(nproc)
+for target in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs_at_once" ]; do wait -n || true; done
+  run_target "$target" &
+done
+wait
+fail=0
+for target in "${targets[@]}"; do
+  if [ -f "$work/$target.result" ]; then
+    cat "$work/$target.result"
+  else
+    cat "$work/$target.failed" >&2 2>/dev/null || echo "fuzz: $target FAILED (no result)" >&2
     fail=1
   fi
 done

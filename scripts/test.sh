@@ -8,11 +8,12 @@
 # printed; under a minute).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-
-step() { printf '\n== %s\n' "$*"; }
 start=$(date +%s)
+# Each step says when it began, so a CI log shows where its minutes go.
+step() { printf '\n== %s (at %d s)\n' "$*" "$(( $(date +%s) - start ))"; }
 
+step "setup"
+bash scripts/setup.sh
 step "build (release)"
 bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DBEV_TESTS=ON -DBEV_BENCH=ON  # scripts/run.sh builds without them
 step "tests (release)"
