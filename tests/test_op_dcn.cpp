@@ -197,6 +197,8 @@ TEST(DeformConv2d, AwkwardShapesMatchF64Spec) {
       {1, 6, 11, 40, 33, 3, 3, 1, 1, 1, true, 4096},                               // many tiles, 16+16+8 channels
       {2, 5, 6, 16, 3, 2, 3, 1, 0, 1, false, 3 * 2 * 3 * 16 * 4},                  // 2x3 kernel, 3-row tiles
       {1, 10, 7, 33, 9, 3, 3, 2, 2, 2, true, 1000},                                // stride and dilation 2
+      // 299 rows, a budget of 150: tiles of 128 rows and a last of 43 padded to 128.
+      {1, 13, 23, 16, 8, 3, 3, 1, 1, 1, true, 150 * 9 * 16 * 4},
   };
   uint32_t seed = 1;
   for (const Case& c : cases) run_case(c, seed++);
