@@ -1,5 +1,6 @@
 // oneDNN matmul on this machine: the f32 and bf16 peaks (a 2048^3 matmul), cpu::Linear at
-// BEVFormer's shapes and cpu::batched_matmul at the decoder's multi-head attention size.
+// BEVFormer's shapes and cpu::batched_matmul at the decoder's self-attention shapes (which the
+// model now runs as one attention op: test_backend_ops --perf --op attention).
 //
 //   bench_linear --benchmark_repetitions=3 --benchmark_min_time=0.2 [--benchmark_report_aggregates_only]
 //

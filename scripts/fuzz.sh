@@ -6,7 +6,8 @@ dir=$1
 seconds=$2
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# Fuzzers still running when the script stops (interrupted, or a failed step) are stopped too.
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 artifacts="$dir/fuzz-artifacts"  # crash reproducers outlive the run
 mkdir -p "$artifacts"
 "$dir/bin/fuzz_make_seeds" "$work/seeds"
@@ -99,7 +100,7 @@ printf '{"format": "bevformer-calibration-v1", "model": "bevfp1-0", "config": "t
 targets=(fuzz_pth fuzz_safetensors fuzz_pickle fuzz_frame_json fuzz_pandaset fuzz_server_request fuzz_eval_results fuzz_http_connection
   fuzz_oip_request fuzz_stream_handoff fuzz_calibration)
 [ -x "$dir/bin/fuzz_grpc_infer" ] && targets+=(fuzz_grpc_infer)  # built with BEV_GRPC
-# Targets run side by side, one per CPU (libFuzzer runs one process per target): the same
+# Targets run side by side, one per CPU and at most four (each may take -rss_limit_mb): the same
 # seconds each, in half the wall time on CI's two cores.
 run_target() {
   local target=$1
@@ -122,7 +123,7 @@ run_target() {
     } >"$work/$target.failed"
   fi
 }
-jobs_at_once=$(nproc)
+jobs_at_once=$(( $(nproc) < 4 ? $(nproc) : 4 ))
 for target in "${targets[@]}"; do
   while [ "$(jobs -rp | wc -l)" -ge "$jobs_at_once" ]; do wait -n || true; done
   run_target "$target" &

@@ -228,8 +228,8 @@ void permute_cases(CaseList& l) {
     return;
   }
   const Graph g = graph(l.set());
-  add("dec.self_attn.q_heads", {g.queries, g.heads, g.hd}, {1, 0, 2});
-  add("dec.self_attn.merge", {g.heads, g.queries, g.hd}, {1, 0, 2});
+  add("query heads shape", {g.queries, g.heads, g.hd}, {1, 0, 2});
+  add("heads merged shape", {g.heads, g.queries, g.hd}, {1, 0, 2});
 }
 
 // What the stages hand on (the image stage's flattened features, the new BEV), with NaN, +inf and

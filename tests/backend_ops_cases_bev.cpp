@@ -96,9 +96,10 @@ void batched_matmul_cases(CaseList& l) {
   }
   const Graph g = graph(l.set());
   const float scale = 1.0f / std::sqrt(static_cast<float>(g.hd));
-  add_bmm(l, "dec.self_attn.scores", {g.heads, g.queries, g.hd}, {g.heads, g.queries, g.hd},
+  // The decoder's self-attention shapes (the model runs them as one attention op since 2026-12-04).
+  add_bmm(l, "self-attention scores shape", {g.heads, g.queries, g.hd}, {g.heads, g.queries, g.hd},
           {.transpose_b = true, .scale = scale});
-  add_bmm(l, "dec.self_attn.context", {g.heads, g.queries, g.queries}, {g.heads, g.queries, g.hd}, {});
+  add_bmm(l, "self-attention context shape", {g.heads, g.queries, g.queries}, {g.heads, g.queries, g.hd}, {});
 }
 
 namespace {
@@ -177,7 +178,7 @@ void softmax_cases(CaseList& l) {
   const Graph g = graph(l.set());
   add_softmax(l, "tsa.attention_softmax", {g.hw * g.heads * g.queue, g.tsa_points}, 3.0f);
   add_softmax(l, "sca.attention_softmax", {g.slots() * g.heads, g.levels() * g.sca_points}, 3.0f);
-  add_softmax(l, "dec.self_attn.softmax", {g.heads, g.queries, g.queries}, 3.0f);
+  add_softmax(l, "self-attention scores shape", {g.heads, g.queries, g.queries}, 3.0f);
   add_softmax(l, "dec.attention_softmax", {g.queries * g.heads, g.dec_points}, 3.0f);
 }
 

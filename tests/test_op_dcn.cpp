@@ -199,6 +199,10 @@ TEST(DeformConv2d, AwkwardShapesMatchF64Spec) {
       {1, 10, 7, 33, 9, 3, 3, 2, 2, 2, true, 1000},                                // stride and dilation 2
       // 299 rows, a budget of 150: tiles of 128 rows and a last of 43 padded to 128.
       {1, 13, 23, 16, 8, 3, 3, 1, 1, 1, true, 150 * 9 * 16 * 4},
+      // A budget under 128 rows keeps its tiles (no padding): 299 rows in tiles of 100, 100, 99.
+      {1, 13, 23, 16, 8, 3, 3, 1, 1, 1, false, 100 * 9 * 16 * 4},
+      // 257 rows, a budget of exactly 128: tiles of 128, 128 and a last row padded to 128.
+      {1, 1, 257, 8, 4, 3, 3, 1, 1, 1, true, 128 * 9 * 8 * 4},
   };
   uint32_t seed = 1;
   for (const Case& c : cases) run_case(c, seed++);

@@ -375,6 +375,7 @@ Tensor Ops::attention(const Tensor& q, const Tensor& k, const Tensor& v, const A
   expect_rank("attention", label, "k", k, 3);
   expect_rank("attention", label, "v", v, 3);
   const int64_t c = q.size(2);
+  if (q.size(0) < 1 || q.size(1) < 1 || c < 1) shape_error("attention", label, "q is " + q.describe(), "non-empty [B, Q, C]");
   if (k.size(0) != q.size(0) || k.size(2) != c || v.shape() != k.shape() || k.size(1) < 1) {
     shape_error("attention", label, "q " + q.describe() + ", k " + k.describe() + ", v " + v.describe(),
                 "k and v [B, K, C] for q [B, Q, C]");

@@ -23,17 +23,17 @@ using tag = dnnl::memory::format_tag;
 // 12.1-13.9, 4 MiB 13.8, 32 MiB (one block) 12.4 for the two cases together.
 constexpr int64_t kBlockBytes = int64_t{1} << 20;
 
-// src [B, L, C] -> for each sample b and each block of `block` rows from l0 (n rows, the last
-// block shorter): [heads][n][hd] at element (b * L + l0) * C of dst, in dst's dtype.
-void pack_heads(const float* src, void* dst, bool bf16, int64_t batch, int64_t len, int64_t c, int heads,
-                int64_t block, ThreadPool* pool) {
+// One sample's src [L, C] -> for each block of `block` rows from l0 (n rows, the last block
+// shorter): [heads][n][hd] at element l0 * C of dst, in dst's dtype.
+void pack_heads(const float* src, void* dst, bool bf16, int64_t len, int64_t c, int heads, int64_t block,
+                ThreadPool* pool) {
   const int64_t hd = c / heads;
   auto rows = [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t b = r / len, l = r % len, l0 = l / block * block, n = std::min(block, len - l0);
-      const int64_t base = (b * len + l0) * c + (l - l0) * hd;
+    for (int64_t l = r0; l < r1; ++l) {
+      const int64_t l0 = l / block * block, n = std::min(block, len - l0);
+      const int64_t base = l0 * c + (l - l0) * hd;
       for (int h = 0; h < heads; ++h) {
-        const float* s = src + r * c + h * hd;
+        const float* s = src + l * c + h * hd;
         const int64_t at = base + h * n * hd;
         if (bf16) {
           float_to_bf16_n(s, static_cast<uint16_t*>(dst) + at, static_cast<size_t>(hd));
@@ -43,17 +43,17 @@ void pack_heads(const float* src, void* dst, bool bf16, int64_t batch, int64_t l
       }
     }
   };
-  const int64_t total = batch * len;
-  if (pool == nullptr || pool->size() == 1) return rows(0, total);
-  pool->parallel_for(total, std::max<int64_t>(1, 8192 / c), rows);
+  if (pool == nullptr || pool->size() == 1) return rows(0, len);
+  pool->parallel_for(len, std::max<int64_t>(1, 8192 / c), rows);
 }
 
+// One sample's shape: a batch runs its samples one after the other on the same plan.
 struct Key {
-  int64_t batch, q_len, k_len, c;
+  int64_t q_len, k_len, c;
   int heads;
   Precision precision;
   float scale;
-  auto tie() const { return std::tie(batch, q_len, k_len, c, heads, precision, scale); }
+  auto tie() const { return std::tie(q_len, k_len, c, heads, precision, scale); }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
@@ -69,7 +69,7 @@ struct BlockPrims {
 struct Plan {
   int64_t block = 0;                // rows of every block but the last
   std::vector<BlockPrims> prims;    // [full] or [full, last]
-  dnnl::memory qp, kp, vp;          // packed q, k, v (compute dtype)
+  dnnl::memory qp, kp, vp;          // one sample's packed q, k, v (compute dtype)
   // One sample's k^T and v in the layouts the products asked for (format any), reordered once per
   // sample: given plain layouts, oneDNN's AMX kernel repacked them inside every block's call.
   dnnl::reorder k_reorder, v_reorder;
@@ -144,9 +144,9 @@ std::unique_ptr<Plan> make_plan(const Key& key) {
   p->v_packed = dnnl::memory(v_md, engine());
   p->k_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), plain.kt_plain, engine(), kt_md));
   p->v_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), plain.v_plain, engine(), v_md));
-  p->qp = buffer(key.batch * key.q_len * key.c, cdt);
-  p->kp = buffer(key.batch * key.k_len * key.c, cdt);
-  p->vp = buffer(key.batch * key.k_len * key.c, cdt);
+  p->qp = buffer(key.q_len * key.c, cdt);
+  p->kp = buffer(key.k_len * key.c, cdt);
+  p->vp = buffer(key.k_len * key.c, cdt);
   p->s = buffer(key.heads * p->block * key.k_len, dt::f32);
   if (cdt == dt::bf16) p->p = buffer(key.heads * p->block * key.k_len, dt::bf16);
   p->ctx = buffer(p->block * key.c, dt::f32);
@@ -198,7 +198,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, flo
   if (overlaps(y, q) || overlaps(y, k) || overlaps(y, v)) invalid("y overlaps an input", "disjoint tensors");
 
   const Precision arithmetic = precision == Precision::kBF16 ? Precision::kBF16 : Precision::kF32;
-  const Key key{batch, q_len, k.size(1), c, heads, arithmetic, scale};
+  const Key key{q_len, k.size(1), c, heads, arithmetic, scale};
   Plan* plan = nullptr;
   {
     std::lock_guard<std::mutex> lock(cache().mu);
@@ -218,21 +218,20 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, flo
   float* sums = plan->sums.data();
   float* yp = y.data<float>();
 
-  pack_heads(q.data<float>(), qp, bf16, batch, q_len, c, heads, plan->block, pool);
-  pack_heads(k.data<float>(), kp, bf16, batch, k_len, c, heads, k_len, pool);
-  pack_heads(v.data<float>(), vp, bf16, batch, k_len, c, heads, k_len, pool);
-
   dnnl::stream& st = stream();
   for (int64_t b = 0; b < batch; ++b) {
-    bind(plan->k_plain, kp + b * k_len * c * esz);
-    bind(plan->v_plain, vp + b * k_len * c * esz);
+    pack_heads(q.data<float>() + b * q_len * c, qp, bf16, q_len, c, heads, plan->block, pool);
+    pack_heads(k.data<float>() + b * k_len * c, kp, bf16, k_len, c, heads, k_len, pool);
+    pack_heads(v.data<float>() + b * k_len * c, vp, bf16, k_len, c, heads, k_len, pool);
+    bind(plan->k_plain, kp);
+    bind(plan->v_plain, vp);
     execute_reorder(plan->k_reorder, st, plan->k_plain, plan->k_packed);
     execute_reorder(plan->v_reorder, st, plan->v_plain, plan->v_packed);
     st.wait();
     for (int64_t q0 = 0; q0 < q_len; q0 += plan->block) {
       const int64_t rows = std::min(plan->block, q_len - q0);
       BlockPrims& m = plan->prims[rows == plan->block ? 0 : 1];
-      bind(m.q, qp + (b * q_len + q0) * c * esz);
+      bind(m.q, qp + q0 * c * esz);
       bind(m.s, s);
       execute(m.scores, st,
               {{DNNL_ARG_SRC, m.q.get()}, {DNNL_ARG_WEIGHTS, plan->k_packed.get()}, {DNNL_ARG_DST, m.s.get()},

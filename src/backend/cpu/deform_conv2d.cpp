@@ -302,21 +302,23 @@ void DeformConv2d::run(const Tensor& x, const Tensor& offset_mask, Tensor& y, Th
   if (rows == 0) return;
   const int64_t row_len = taps * s.cin;
   const DType col_dtype = s.bf16 ? DType::kBF16 : DType::kF32;
-  // Equal tiles under the budget, so there are at most two tile heights. Above kRowQuantum rows a
-  // tile is a multiple of it, and the last tile is padded up to one (zero rows, into a scratch
-  // output): oneDNN 2.6's AMX matmul runs some row counts at a third of its rate (base layer4's
-  // K 4608, N 512 on the AMX Xeon, 2 threads: 870 rows 7.1 ms and 636 rows 8.9 ms, against 896
-  // rows 2.6 and 768 rows 2.3), while every multiple of 128 measured ran at full rate.
+  // Equal tiles under the budget, so there are at most two tile heights. When the budget holds
+  // kRowQuantum rows or more, a tile is a multiple of it and the last tile is padded up to one
+  // (zero rows, into a scratch output; still within the budget): oneDNN 2.6's AMX matmul runs
+  // some row counts at a third of its rate (base layer4's K 4608, N 512 on the AMX Xeon, 2
+  // threads: 870 rows 7.1 ms and 636 rows 8.9 ms, against 896 rows 2.6 and 768 rows 2.3), while
+  // every multiple of 128 measured ran at full rate.
   constexpr int64_t kRowQuantum = 128;
   const int64_t budget_rows = std::max<int64_t>(1, static_cast<int64_t>(s.col_budget / dtype_size(col_dtype)) / row_len);
   int64_t tiles = (rows + budget_rows - 1) / budget_rows;
   int64_t tile = (rows + tiles - 1) / tiles;
-  if (rows > kRowQuantum) {
-    tile = std::max(kRowQuantum, tile / kRowQuantum * kRowQuantum);
+  const bool quantized = rows > kRowQuantum && budget_rows >= kRowQuantum;
+  if (quantized) {
+    tile = std::max(kRowQuantum, tile / kRowQuantum * kRowQuantum);  // <= budget_rows
     tiles = (rows + tile - 1) / tile;
   }
   const int64_t last = rows - (tiles - 1) * tile;
-  const int64_t last_padded = rows > kRowQuantum ? std::min(tile, (last + kRowQuantum - 1) / kRowQuantum * kRowQuantum) : last;
+  const int64_t last_padded = quantized ? std::min(tile, (last + kRowQuantum - 1) / kRowQuantum * kRowQuantum) : last;
 
   std::lock_guard<std::mutex> lock(s.mu);
   if (!s.scratch.defined() || s.scratch.dtype() != col_dtype || s.scratch.numel() < tile * row_len) {

@@ -450,6 +450,16 @@ void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float 
   });
 }
 
+static void softmax_rows(const float* x, float* y, int64_t c_len, int64_t r0, int64_t r1) {
+  if (kHaveAvx512 && c_len < 16) {
+    softmax_narrow_rows_avx512(x, y, c_len, r0, r1);
+  } else if (kHaveAvx512) {
+    softmax_rows_avx512(x, y, c_len, r0, r1);
+  } else {
+    softmax_rows_scalar(x, y, c_len, r0, r1);
+  }
+}
+
 void softmax(const Tensor& x, Tensor& y, ThreadPool* pool) {
   const char* op = "softmax";
   const int64_t c_len = expect_rows(op, x, "input x");
@@ -469,16 +479,6 @@ void softmax_numerators(float* x, uint16_t* y_bf16, float* sums, int64_t c_len, 
     softmax_numerator_rows_avx512(x, y_bf16, sums, c_len, r0, r1);
   } else {
     softmax_numerator_rows_scalar(x, y_bf16, sums, c_len, r0, r1);
-  }
-}
-
-void softmax_rows(const float* x, float* y, int64_t c_len, int64_t r0, int64_t r1) {
-  if (kHaveAvx512 && c_len < 16) {
-    softmax_narrow_rows_avx512(x, y, c_len, r0, r1);
-  } else if (kHaveAvx512) {
-    softmax_rows_avx512(x, y, c_len, r0, r1);
-  } else {
-    softmax_rows_scalar(x, y, c_len, r0, r1);
   }
 }
 

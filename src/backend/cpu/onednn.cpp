@@ -214,7 +214,7 @@ double measure_peak_gflops(Precision precision, int64_t size, int repeats) {
   // what a conv reaches is no peak. f32 and AVX-512 bf16 change little between these sizes.
   double best = 0;
   for (int64_t s : {size / 4, size / 2, size}) {
-    if (s >= 64) best = std::max(best, matmul_rate(precision, s, s == size ? repeats : 4 * repeats));
+    if (s >= 64 || s == size) best = std::max(best, matmul_rate(precision, s, s == size ? repeats : 4 * repeats));
   }
   return best;
 }
