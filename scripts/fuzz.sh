@@ -7,7 +7,18 @@ seconds=$2
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 # Fuzzers still running when the script stops (interrupted, or a failed step) are stopped too.
-trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+# (A job is run_target's subshell; the fuzzer is its child, stopped first.)
+stop_fuzzers() {
+  for j in $(jobs -p); do
+    pkill -TERM -P "$j" 2>/dev/null || true
+    kill "$j" 2>/dev/null || true
+  done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap stop_fuzzers EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 artifacts="$dir/fuzz-artifacts"  # crash reproducers outlive the run
 mkdir -p "$artifacts"
 "$dir/bin/fuzz_make_seeds" "$work/seeds"
