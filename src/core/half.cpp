@@ -1,7 +1,5 @@
 #include "core/half.h"
 
-#include <immintrin.h>
-
 namespace bev {
 
 float half_to_float(uint16_t h) {
@@ -67,19 +65,11 @@ void bf16_to_float_n(const uint16_t* src, float* dst, size_t n) {
 
 namespace {
 
-// float_to_bf16 on 16 lanes. The maskz spellings: GCC 12's plain shifts and narrowing trip
-// -Wmaybe-uninitialized.
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void float_to_bf16_avx512(const float* src, uint16_t* dst,
                                                                               size_t n) {
-  const __m512i sixteen = _mm512_set1_epi32(16);
   for (size_t i = 0; i < n; i += 16) {
     const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1u);
-    const __m512 x = _mm512_maskz_loadu_ps(m, src + i);
-    const __m512i u = _mm512_castps_si512(x);
-    const __m512i lsb = _mm512_and_si512(_mm512_maskz_srlv_epi32(0xFFFF, u, sixteen), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-    r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
-    _mm256_mask_storeu_epi16(dst + i, m, _mm512_maskz_cvtepi32_epi16(0xFFFF, _mm512_maskz_srlv_epi32(0xFFFF, r, sixteen)));
+    _mm256_mask_storeu_epi16(dst + i, m, float_to_bf16_x16(_mm512_maskz_loadu_ps(m, src + i)));
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <immintrin.h>
 
 namespace bev {
 
@@ -30,6 +31,18 @@ inline uint16_t float_to_bf16(float f) {
   }
   uint32_t rounding_bias = 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>((u + rounding_bias) >> 16);
+}
+
+// float_to_bf16 on 16 lanes, for kernels that round in registers (callers check AVX-512BW and VL
+// at run time; the build has no -march). The maskz spellings: GCC 12's plain shifts and narrowing
+// trip -Wmaybe-uninitialized.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m256i float_to_bf16_x16(__m512 x) {
+  const __m512i sixteen = _mm512_set1_epi32(16);
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_maskz_srlv_epi32(0xFFFF, u, sixteen), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
+  return _mm512_maskz_cvtepi32_epi16(0xFFFF, _mm512_maskz_srlv_epi32(0xFFFF, r, sixteen));
 }
 
 float half_to_float(uint16_t h);

@@ -126,10 +126,8 @@ BlockPrims make_prims(const Key& key, int64_t rows, const dnnl::memory::desc& kt
 
 std::unique_ptr<Plan> make_plan(const Key& key) {
   auto p = std::make_unique<Plan>();
-  const int64_t blocks_at_most = std::clamp<int64_t>(kBlockBytes / (key.heads * key.k_len * 4), 1, key.q_len);
-  const int64_t nblocks = (key.q_len + blocks_at_most - 1) / blocks_at_most;
-  p->block = (key.q_len + nblocks - 1) / nblocks;  // balanced: the last block is at most a few rows short
-  const int64_t last = key.q_len - (nblocks - 1) * p->block;
+  p->block = attention_block_rows(key.q_len, key.k_len, key.heads);
+  const int64_t last = key.q_len - (key.q_len - 1) / p->block * p->block;
   const dt cdt = key.precision == Precision::kBF16 ? dt::bf16 : dt::f32;
   const int64_t h = key.heads, hd = key.c / key.heads, kl = key.k_len;
   p->prims.push_back(make_prims(key, p->block, dnnl::memory::desc({h, hd, kl}, cdt, tag::any),
@@ -168,15 +166,14 @@ Cache& cache() {
   throw Error(ErrorKind::kInvalidInput, problem).where("cpu::attention").expected(expected);
 }
 
-int64_t block_rows_for(int64_t q_len, int64_t k_len, int heads) {
+}  // namespace
+
+// Balanced: every block holds the same rows but the last, which is at most a few rows short.
+int64_t attention_block_rows(int64_t q_len, int64_t k_len, int heads) {
   const int64_t at_most = std::clamp<int64_t>(kBlockBytes / (heads * k_len * 4), 1, q_len);
   const int64_t nblocks = (q_len + at_most - 1) / at_most;
   return (q_len + nblocks - 1) / nblocks;
 }
-
-}  // namespace
-
-int64_t attention_block_rows(int64_t q_len, int64_t k_len, int heads) { return block_rows_for(q_len, k_len, heads); }
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, float scale, Tensor& y,
                Precision precision, ThreadPool* pool) {

@@ -176,28 +176,34 @@ void softmax_rows_scalar(const float* x, float* y, int64_t c_len, int64_t r0, in
   }
 }
 
+// A row's max over `full` whole vectors and a `tm` tail; NaN when the row holds one (as PyTorch:
+// NaN anywhere poisons the softmax row). _mm512_max_ps drops a NaN in its first operand, so the
+// NaN is detected apart.
+__attribute__((target("avx512f"))) inline float row_max_avx512(const float* xr, int64_t full, __mmask16 tm) {
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 m = ninf;
+  __mmask16 nan = 0;
+  for (int64_t c = 0; c < full; c += 16) {
+    const __m512 v = _mm512_loadu_ps(xr + c);
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    m = max16(v, m);
+  }
+  if (tm) {
+    const __m512 v = _mm512_mask_loadu_ps(ninf, tm, xr + full);
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    m = max16(v, m);
+  }
+  return nan ? std::numeric_limits<float>::quiet_NaN() : hmax16(m);
+}
+
 __attribute__((target("avx512f"))) void softmax_rows_avx512(const float* x, float* y, int64_t c_len, int64_t r0,
                                                              int64_t r1) {
   const int64_t full = c_len / 16 * 16;
   const __mmask16 tm = tail_mask(c_len - full);
-  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t r = r0; r < r1; ++r) {
     const float* xr = x + r * c_len;
     float* yr = y + r * c_len;
-    // _mm512_max_ps drops a NaN in its first operand, so the row's NaN is detected apart.
-    __m512 m = ninf;
-    __mmask16 nan = 0;
-    for (int64_t c = 0; c < full; c += 16) {
-      const __m512 v = _mm512_loadu_ps(xr + c);
-      nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-      m = max16(v, m);
-    }
-    if (tm) {
-      const __m512 v = _mm512_mask_loadu_ps(ninf, tm, xr + full);
-      nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-      m = max16(v, m);
-    }
-    const float mx = nan ? std::numeric_limits<float>::quiet_NaN() : hmax16(m);
+    const float mx = row_max_avx512(xr, full, tm);
     const __m512 vmx = _mm512_set1_ps(mx);
     __m512 sum = _mm512_setzero_ps();
     for (int64_t c = 0; c < full; c += 16) {
@@ -216,18 +222,11 @@ __attribute__((target("avx512f"))) void softmax_rows_avx512(const float* x, floa
   }
 }
 
-// e into x[c..] (y null) or rounded to bf16 into y[c..]: core/half.h's float_to_bf16 on 16 lanes,
-// with AVX-512BW's 16-bit stores. The maskz spellings: GCC 12's plain shifts and narrowing trip
-// -Wmaybe-uninitialized.
+// e into x[c..] (y null) or rounded to bf16 into y[c..].
 __attribute__((target("avx512f,avx512bw,avx512vl"))) inline void store_f32_or_bf16(float* x, uint16_t* y, int64_t c,
                                                                                    __mmask16 m, __m512 e) {
   if (y == nullptr) return _mm512_mask_storeu_ps(x + c, m, e);
-  const __m512i sixteen = _mm512_set1_epi32(16);
-  const __m512i u = _mm512_castps_si512(e);
-  const __m512i lsb = _mm512_and_si512(_mm512_maskz_srlv_epi32(0xFFFF, u, sixteen), _mm512_set1_epi32(1));
-  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(e, e, _CMP_UNORD_Q), _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
-  _mm256_mask_storeu_epi16(y + c, m, _mm512_maskz_cvtepi32_epi16(0xFFFF, _mm512_maskz_srlv_epi32(0xFFFF, r, sixteen)));
+  _mm256_mask_storeu_epi16(y + c, m, float_to_bf16_x16(e));
 }
 
 // exp(x - max) of each row, in place or rounded into y_bf16, and the row's sum.
@@ -235,23 +234,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void softmax_numerator_rows
     float* x, uint16_t* y_bf16, float* sums, int64_t c_len, int64_t r0, int64_t r1) {
   const int64_t full = c_len / 16 * 16;
   const __mmask16 tm = tail_mask(c_len - full);
-  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t r = r0; r < r1; ++r) {
     float* xr = x + r * c_len;
     uint16_t* yr = y_bf16 ? y_bf16 + r * c_len : nullptr;
-    __m512 m = ninf;
-    __mmask16 nan = 0;
-    for (int64_t c = 0; c < full; c += 16) {
-      const __m512 v = _mm512_loadu_ps(xr + c);
-      nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-      m = max16(v, m);
-    }
-    if (tm) {
-      const __m512 v = _mm512_mask_loadu_ps(ninf, tm, xr + full);
-      nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-      m = max16(v, m);
-    }
-    const __m512 vmx = _mm512_set1_ps(nan ? std::numeric_limits<float>::quiet_NaN() : hmax16(m));
+    const __m512 vmx = _mm512_set1_ps(row_max_avx512(xr, full, tm));
     __m512 sum = _mm512_setzero_ps();
     for (int64_t c = 0; c < full; c += 16) {
       const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(xr + c), vmx));
