@@ -100,7 +100,7 @@ void prepare_attribution() {
 }
 #endif
 
-inline void count() {
+[[maybe_unused]] inline void count() {  // unused where the hook is off (sanitizers)
   if (!g_counting.load(std::memory_order_relaxed) || t_in_hook) return;
   t_in_hook = true;
   g_allocs.fetch_add(1, std::memory_order_relaxed);
