@@ -2,6 +2,7 @@
 // (top-k, gathers, scatters, concat, permute).
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "backend_ops.h"
@@ -41,13 +42,15 @@ void add_locations(CaseList& l, std::string tag, Shape offsets, Shape reference,
 
 // value [bs, Lv, heads, hd]; queries Lq with `points` per level; locations in [-0.1, 1.1] (some
 // samples off the map), weights as a softmax gives them unless `signed_weights`.
+// value: bf16 with `bf16_value` (bf16 precision only: the model's compact values, attention.h).
 void add_msda(CaseList& l, std::string tag, int64_t bs, int64_t lq, int64_t heads, int64_t hd, SpatialShapes shapes,
-              int64_t points, bool signed_weights = false) {
+              int64_t points, bool signed_weights = false, bool bf16_value = false) {
   l.add(std::move(tag), [=](Ops& ops, uint64_t seed) {
     int64_t lv = 0;
     for (const auto& [h, w] : shapes) lv += h * w;
     const auto levels = static_cast<int64_t>(shapes.size());
-    const Tensor value = up(ops, values({bs, lv, heads, hd}, seed, 2.0f));
+    const Tensor host_value = values({bs, lv, heads, hd}, seed, 2.0f);
+    const Tensor value = up(ops, bf16_value ? to_bf16(host_value) : host_value);
     const Tensor loc = up(ops, uniform({bs, lq, heads, levels, points, 2}, seed + 1, -0.1f, 1.1f));
     const Shape ws = {bs, lq, heads, levels, points};
     const float mean = 1.0f / static_cast<float>(levels * points);
@@ -81,13 +84,18 @@ void msda_cases(CaseList& l) {
     add_msda(l, "2 levels hd 5 bs 2", 2, 11, 3, 5, {{5, 7}, {3, 4}}, 4, true);
     add_msda(l, "3 levels hd 17", 1, 37, 2, 17, {{6, 9}, {3, 5}, {1, 2}}, 3);
     add_msda(l, "8 heads hd 32, 29 queries", 1, 29, 8, 32, {{13, 11}}, 4, true);
+    if (l.bf16()) {
+      add_msda(l, "bf16 value, 3 levels hd 17", 1, 37, 2, 17, {{6, 9}, {3, 5}, {1, 2}}, 3, false, true);
+      add_msda(l, "bf16 value, hd 33 bs 2", 2, 11, 3, 33, {{5, 7}, {3, 4}}, 4, true, true);
+    }
     return;
   }
   const Graph g = graph(l.set());
   const int64_t b = g.bev;
-  add_msda(l, "tsa.msda", 1, g.hw, g.heads, g.hd, {{b, b}, {b, b}}, g.tsa_points);
-  add_msda(l, "sca.msda", g.cams, g.max_len, g.heads, g.hd, g.sca_levels, g.sca_points);
-  add_msda(l, "dec.msda", 1, g.queries, g.heads, g.hd, {{b, b}}, g.dec_points);
+  const bool compact = l.bf16();  // the model's values are bf16 in bf16 precision
+  add_msda(l, "tsa.msda", 1, g.hw, g.heads, g.hd, {{b, b}, {b, b}}, g.tsa_points, false, compact);
+  add_msda(l, "sca.msda", g.cams, g.max_len, g.heads, g.hd, g.sca_levels, g.sca_points, false, compact);
+  add_msda(l, "dec.msda", 1, g.queries, g.heads, g.hd, {{b, b}}, g.dec_points, false, compact);
 }
 
 void head_cases(CaseList& l) {
@@ -143,11 +151,12 @@ void topk_cases(CaseList& l) {
 }
 
 void gather_rows_cases(CaseList& l) {
-  auto add = [&](std::string tag, Shape src, Tensor idx, DType dtype = DType::kF32) {
-    l.add(std::move(tag), [src, idx, dtype](Ops& ops, uint64_t seed) {
+  // out: the output's dtype (f32 rows into bf16 only in bf16 precision); unset, the source's.
+  auto add = [&](std::string tag, Shape src, Tensor idx, DType dtype = DType::kF32, std::optional<DType> out = {}) {
+    l.add(std::move(tag), [src, idx, dtype, out](Ops& ops, uint64_t seed) {
       Tensor s = values(src, seed, 1.0f, 100.0f);
       if (dtype != DType::kF32) s = dtype == DType::kBF16 ? to_bf16(s) : s.to(dtype);
-      ops.gather_rows(up(ops, s), up(ops, idx), "x");
+      ops.gather_rows(up(ops, s), up(ops, idx), "x", out);
     });
   };
   if (l.set() == ShapeSet::kAwkward) {
@@ -156,11 +165,12 @@ void gather_rows_cases(CaseList& l) {
     add("bf16 rows", {9, 7}, indices(11, 9, 42, 3), DType::kBF16);
     add("i64 rows", {5, 3}, indices(8, 5, 43, 5), DType::kI64);
     add("1 wide row", {1, 300}, index_tensor({0, -1, 0}));
+    if (l.bf16()) add("f32 rows into bf16, padding", {17, 5}, indices(23, 17, 46, 4), DType::kF32, DType::kBF16);
     return;
   }
   const Graph g = graph(l.set());
   add("enc.prev_bev_rotated", {g.hw, g.c}, indices(g.hw, g.hw, 44, 9));
-  add("sca.rebatch", {g.hw, g.c}, rebatch_index(g));
+  add("sca.rebatch", {g.hw, g.c}, rebatch_index(g), DType::kF32, l.act());  // compact rows (attention.h)
 }
 
 void scatter_add_rows_cases(CaseList& l) {
@@ -180,15 +190,16 @@ void scatter_add_rows_cases(CaseList& l) {
 }
 
 void concat_cases(CaseList& l) {
-  auto add = [&](std::string tag, std::vector<Shape> parts, int64_t axis, DType dtype = DType::kF32) {
-    l.add(std::move(tag), [parts, axis, dtype](Ops& ops, uint64_t seed) {
+  auto add = [&](std::string tag, std::vector<Shape> parts, int64_t axis, DType dtype = DType::kF32,
+                 std::optional<DType> out = {}) {
+    l.add(std::move(tag), [parts, axis, dtype, out](Ops& ops, uint64_t seed) {
       std::vector<Tensor> ts;
       for (const Shape& s : parts) {
         Tensor t = values(s, seed + ts.size(), 1.0f, 100.0f);
         if (dtype != DType::kF32) t = dtype == DType::kBF16 ? to_bf16(t) : t.to(dtype);
         ts.push_back(up(ops, t));
       }
-      ops.concat(ts, axis, "x");
+      ops.concat(ts, axis, "x", out);
     });
   };
   if (l.set() == ShapeSet::kAwkward) {
@@ -197,11 +208,16 @@ void concat_cases(CaseList& l) {
     add("axis -1", {{3, 2}, {3, 7}}, -1);
     add("bf16 axis 0", {{1, 5}, {4, 5}}, 0, DType::kBF16);
     add("i64", {{2, 3}, {1, 3}}, 0, DType::kI64);
+    if (l.bf16()) {
+      add("f32 into bf16, 3 parts axis 1", {{2, 3, 4}, {2, 1, 4}, {2, 5, 4}}, 1, DType::kF32, DType::kBF16);
+      add("f32 into bf16, axis 0 past a piece", {{300, 300}, {1, 300}}, 0, DType::kF32, DType::kBF16);
+    }
     return;
   }
   const Graph g = graph(l.set());
-  add("tsa.value", {{g.hw, g.c}, {g.hw, g.c}}, 0);
-  add("tsa.query_cat", {{g.hw, g.c}, {g.hw, g.c}}, 1);
+  // The model's TSA values and query_cat are compact (attention.h): bf16 in bf16 precision.
+  add("tsa.value", {{g.hw, g.c}, {g.hw, g.c}}, 0, DType::kF32, l.act());
+  add("tsa.query_cat", {{g.hw, g.c}, {g.hw, g.c}}, 1, DType::kF32, l.act());
   add("dec.pack.all_cls_scores", std::vector<Shape>(6, Shape{1, g.queries, g.classes}), 0);
   if (g.levels() > 1) {
     std::vector<Shape> parts;

@@ -34,11 +34,13 @@ PreparedWeights linear_weights(Ops& ops, int64_t in, int64_t out, bool relu, boo
   return ops.prepare_linear(weight({out, in}, seed + 2, in), bias ? &b : nullptr, {.relu = relu});
 }
 
+// x_dtype and y_dtype: bf16 only in bf16 precision (the model's compact activations).
 void add_linear(CaseList& l, std::string tag, Shape x, int64_t out, bool relu = false, bool bias = true,
-                float large = 1.0f) {
-  l.add(std::move(tag), [x, out, relu, bias, large](Ops& ops, uint64_t seed) {
+                float large = 1.0f, DType x_dtype = DType::kF32, DType y_dtype = DType::kF32) {
+  l.add(std::move(tag), [x, out, relu, bias, large, x_dtype, y_dtype](Ops& ops, uint64_t seed) {
     const PreparedWeights w = linear_weights(ops, x.back(), out, relu, bias, seed);
-    ops.linear(up(ops, values(x, seed + 3, 1.0f, large)), w, "x");
+    const Tensor xs = values(x, seed + 3, 1.0f, large);
+    ops.linear(up(ops, x_dtype == DType::kBF16 ? to_bf16(xs) : xs), w, "x", y_dtype);
   });
 }
 
@@ -52,27 +54,34 @@ void linear_cases(CaseList& l) {
     add_linear(l, "rank 3", {2, 5, 19}, 65, true);
     add_linear(l, "257x129 -> 255", {257, 129}, 255, true, true, 100.0f);
     add_linear(l, "1 output", {31, 64}, 1);
+    if (l.bf16()) {
+      add_linear(l, "bf16 x, bf16 y, 257x129 -> 255", {257, 129}, 255, true, true, 100.0f, DType::kBF16, DType::kBF16);
+      add_linear(l, "bf16 x 3x5 -> 2", {3, 5}, 2, false, true, 1.0f, DType::kBF16, DType::kF32);
+      add_linear(l, "bf16 y, rank 3", {2, 5, 19}, 65, false, false, 1.0f, DType::kF32, DType::kBF16);
+    }
     return;
   }
   const Graph g = graph(l.set());
   const int64_t hw = g.hw, c = g.c, q = g.queries;
   add_linear(l, "can_bus_mlp.0", {1, 18}, c / 2, true);
   add_linear(l, "can_bus_mlp.2", {1, c / 2}, c, true);
-  add_linear(l, "img.values.value_proj", {g.cams, g.lv(), c}, c);
-  add_linear(l, "tsa.value_proj", {g.queue * hw, c}, c);
+  // The value projections and the FFN's hidden layer in the model's compact dtype (attention.h).
+  const DType compact = l.act();
+  add_linear(l, "img.values.value_proj", {g.cams, g.lv(), c}, c, false, true, 1.0f, DType::kF32, compact);
+  add_linear(l, "tsa.value_proj", {g.queue * hw, c}, c, false, true, 1.0f, DType::kF32, compact);
   add_linear(l, "tsa.sampling_offsets", {hw, 2 * c}, g.heads * g.queue * g.tsa_points * 2);
   add_linear(l, "tsa.attention_weights", {hw, 2 * c}, g.heads * g.queue * g.tsa_points);
   add_linear(l, "sca.sampling_offsets", {g.slots(), c}, g.heads * g.levels() * g.sca_points * 2);
   add_linear(l, "sca.attention_weights", {g.slots(), c}, g.heads * g.levels() * g.sca_points);
   add_linear(l, "enc.output_proj", {hw, c}, c);
-  add_linear(l, "enc.ffn.0", {hw, c}, g.ffn, true);
-  add_linear(l, "enc.ffn.1", {hw, g.ffn}, c);
+  add_linear(l, "enc.ffn.0", {hw, c}, g.ffn, true, true, 1.0f, DType::kF32, compact);
+  add_linear(l, "enc.ffn.1", {hw, g.ffn}, c, false, true, 1.0f, compact, DType::kF32);
   add_linear(l, "dec.reference_points", {q, c}, 3);
   add_linear(l, "dec.q_proj", {q, c}, c);
   add_linear(l, "dec.sampling_offsets", {q, c}, g.heads * g.dec_points * 2);
   add_linear(l, "dec.attention_weights", {q, c}, g.heads * g.dec_points);
-  add_linear(l, "dec.ffn.0", {q, c}, g.ffn, true);
-  add_linear(l, "dec.ffn.1", {q, g.ffn}, c);
+  add_linear(l, "dec.ffn.0", {q, c}, g.ffn, true, true, 1.0f, DType::kF32, compact);
+  add_linear(l, "dec.ffn.1", {q, g.ffn}, c, false, true, 1.0f, compact, DType::kF32);
   add_linear(l, "reg_branches.4", {q, c}, g.code);
 }
 
@@ -271,9 +280,9 @@ void binary_cases(CaseList& l) {
 }
 
 void add_rows_cases(CaseList& l) {
-  auto add = [&](std::string tag, Shape a, float large = 1.0f) {
-    l.add(std::move(tag), [a, large](Ops& ops, uint64_t seed) {
-      ops.add_rows(up(ops, values(a, seed, 1.0f, large)), up(ops, values({a.back()}, seed + 1)), "x");
+  auto add = [&](std::string tag, Shape a, float large = 1.0f, DType out = DType::kF32) {
+    l.add(std::move(tag), [a, large, out](Ops& ops, uint64_t seed) {
+      ops.add_rows(up(ops, values(a, seed, 1.0f, large)), up(ops, values({a.back()}, seed + 1)), "x", out);
     });
   };
   if (l.set() == ShapeSet::kAwkward) {
@@ -281,12 +290,17 @@ void add_rows_cases(CaseList& l) {
     add("odd", {13, 7}, 1e4f);
     add("rank 3", {2, 5, 33});
     add("rank 1", {17});
+    if (l.bf16()) {
+      add("bf16 out, odd", {13, 7}, 1e4f, DType::kBF16);
+      add("bf16 out, 300 columns", {3, 300}, 1.0f, DType::kBF16);  // past the kernel's 256-column block
+    }
     return;
   }
   const Graph g = graph(l.set());
   add("enc.bev_queries", {g.hw, g.c});
   for (const auto& [h, w] : g.sca_levels) {
-    add("img.values.level_embeds " + std::to_string(h) + "x" + std::to_string(w), {g.cams, h * w, g.c});
+    // The image features only the value projections read: compact (bf16) in bf16 precision.
+    add("img.values.level_embeds " + std::to_string(h) + "x" + std::to_string(w), {g.cams, h * w, g.c}, 1.0f, l.act());
   }
 }
 

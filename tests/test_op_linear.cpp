@@ -12,11 +12,13 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cpu/linear.h"
 #include "backend/cpu/onednn.h"
 #include "core/compare.h"
+#include "core/half.h"
 #include "error_test_util.h"
 #include "kernel_test_util.h"
 
@@ -171,6 +173,45 @@ TEST(Linear, Bf16RelativeL2AgainstF32) {
   const double rel_l2 = diff.relative_l2, max_abs = diff.max_abs;
   std::printf("  bf16 vs f32, linear 2500x256->512: relative L2 %.3g, max|diff| %.3g\n", rel_l2, max_abs);
   EXPECT_LE(rel_l2, 5e-3);
+}
+
+// bf16 precision takes a bf16 x as it lies and can write a bf16 y (the model's compact
+// activations, model/attention.h). A bf16 x gives the bits the f32 x gives (the f32 path rounds it
+// to the same bf16 first); a bf16 y is the f32 y rounded once: within bf16's unit roundoff, 2^-8
+// (measured: every element equal to the f32 y rounded to nearest even).
+TEST(Linear, Bf16InputsAndOutputs) {
+  for (const auto& [m, in, out] : {std::tuple<int64_t, int64_t, int64_t>{2500, 256, 512}, {7, 512, 256}, {13, 33, 17}}) {
+    const Tensor x = random_tensor({m, in}, 70);
+    const Tensor w = random_tensor({out, in}, 71, -0.0625f, 0.0625f);
+    const Tensor b = random_tensor({out}, 72, -0.1f, 0.1f);
+    const Linear lin(w, &b, true, Precision::kBF16);
+    const Tensor x16 = x.to(DType::kBF16);
+    Tensor y = Tensor::empty({m, out}, DType::kF32), y_from16 = Tensor::empty({m, out}, DType::kF32);
+    lin.run(x, y);
+    lin.run(x16, y_from16);
+    EXPECT_EQ(0, std::memcmp(y.raw_data(), y_from16.raw_data(), y.nbytes())) << m << "x" << in << "->" << out;
+    for (const Tensor* input : {&x, &x16}) {
+      Tensor y16 = Tensor::empty({m, out}, DType::kBF16);
+      lin.run(*input, y16);
+      const Tensor back = y16.to(DType::kF32);
+      double worst = 0;
+      int64_t exact = 0;
+      for (int64_t i = 0; i < y.numel(); ++i) {
+        const double want = y.data<float>()[i], got = back.data<float>()[i];
+        worst = std::max(worst, std::abs(got - want) / std::max(std::abs(want), 1e-30));
+        exact += got == static_cast<double>(bf16_to_float(float_to_bf16(static_cast<float>(want))));
+      }
+      std::printf("  bf16 y (%s x) %ldx%ld->%ld: max relative %.3g against f32 y, %.4f%% rounded-equal\n",
+                  input == &x ? "f32" : "bf16", static_cast<long>(m), static_cast<long>(in), static_cast<long>(out), worst,
+                  100.0 * static_cast<double>(exact) / static_cast<double>(y.numel()));
+      EXPECT_LE(worst, std::ldexp(1.0, -8));
+    }
+  }
+  // f32 precision refuses both.
+  const Linear f32(random_tensor({6, 4}, 73), nullptr, false, Precision::kF32);
+  Tensor y = Tensor::empty({3, 6}, DType::kF32), y16 = Tensor::empty({3, 6}, DType::kBF16);
+  test::expect_invalid_input([&] { f32.run(random_tensor({3, 4}, 74).to(DType::kBF16), y); }, "f32");
+  test::expect_invalid_input([&] { f32.run(random_tensor({3, 4}, 75), y16); }, "f32");
 }
 
 TEST(Linear, RejectsMismatchesWithWhatWasExpected) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/cpu/msda.h"
+#include "core/half.h"
 
 namespace bev::cpu {
 namespace {
@@ -385,6 +386,64 @@ TEST(Msda, PrefetchIsBitIdentical) {
   }
   ThreadPool pool(2);
   check_all(make_inputs(cases.back(), 3100u), pool, "map past kMsdaPrefetchBytes");  // kAuto's prefetching path vs the spec
+}
+
+// bf16 values (what the model's value projections write in bf16 precision) are widened exactly,
+// so every path gives the bits it gives on the f32 tensor of the same rounded values: over every
+// head_dim tail, a head-major view, both prefetch settings, and a NaN outside the footprint.
+TEST(Msda, Bf16ValuesGiveTheBitsOfTheirF32Values) {
+  const auto to_bf16 = [](const Tensor& f32) {
+    Tensor h = Tensor::empty(f32.shape(), DType::kBF16);
+    float_to_bf16_n(f32.data<float>(), static_cast<uint16_t*>(h.raw_data()), static_cast<size_t>(f32.numel()));
+    return h;
+  };
+  const auto widened = [](const Tensor& bf16) {
+    Tensor f = Tensor::empty(bf16.shape(), DType::kF32);
+    bf16_to_float_n(static_cast<const uint16_t*>(bf16.raw_data()), f.data<float>(), static_cast<size_t>(bf16.numel()));
+    return f;
+  };
+  const auto same = [](const Tensor& a, const Tensor& b) { return std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0; };
+  std::vector<Case> cases;
+  for (int64_t hd : {1, 3, 8, 9, 16, 17, 31, 32, 33, 70}) cases.push_back({2, 13, 3, hd, 3, {{1, 1}, {3, 5}, {7, 2}}});
+  cases.push_back({1, 40, 8, 32, 8, {{12, 20}, {6, 10}, {3, 5}, {2, 3}}});  // BEVFormer's heads, hd, levels, points
+  ThreadPool pool(2);
+  for (size_t k = 0; k < cases.size(); ++k) {
+    Inputs in = make_inputs(cases[k], 5000u + static_cast<uint32_t>(k), /*signed_weights=*/k % 2 == 1);
+    const Tensor bf16 = to_bf16(in.value);
+    in.value = widened(bf16);
+    const std::string what = "hd " + std::to_string(cases[k].hd);
+    ASSERT_TRUE(same(run_reference(in), [&] {
+      Tensor out;
+      msda_reference(bf16, in.c.shapes, in.level_start, in.loc, in.attn, out);
+      return out;
+    }())) << what << ", reference";
+    const Tensor bf16_view = bf16.permute({0, 2, 1, 3}).contiguous().permute({0, 2, 1, 3});
+    for (MsdaIsa isa : isas()) {
+      const Tensor want = run_fast(in, isa, pool);
+      for (MsdaPrefetch pf : {MsdaPrefetch::kOff, MsdaPrefetch::kOn}) {
+        if (pf == MsdaPrefetch::kOn && isa != MsdaIsa::kAvx512) continue;
+        for (const Tensor* value : {&bf16, &bf16_view}) {
+          Tensor got = Tensor::empty(want.shape(), DType::kF32);
+          std::fill(got.data<float>(), got.data<float>() + got.numel(), std::numeric_limits<float>::quiet_NaN());
+          msda_with_isa(isa, *value, in.c.shapes, in.level_start, in.loc, in.attn, got, pool, pf);
+          ASSERT_TRUE(same(want, got)) << what << ", " << msda_isa_name(isa) << (value == &bf16 ? "" : ", head-major view")
+                                       << (pf == MsdaPrefetch::kOn ? ", prefetching" : "");
+        }
+      }
+    }
+  }
+  // A NaN in a bf16 value row no sample touches stays out, as in f32.
+  Inputs in = make_inputs({1, 4, 1, 20, 1, {{3, 3}}}, 12u);
+  float* loc = in.loc.data<float>();
+  for (int64_t i = 0; i < in.loc.numel(); ++i) loc[i] = 0.1f;  // every sample near the top-left corner
+  Tensor bf16 = to_bf16(in.value);
+  auto* v = static_cast<uint16_t*>(bf16.raw_data());
+  for (int64_t d = 0; d < 20; ++d) v[8 * 20 + d] = 0x7FC0;  // row 8, the bottom-right pixel: NaN
+  for (MsdaIsa isa : isas()) {
+    Tensor out;
+    msda_with_isa(isa, bf16, in.c.shapes, in.level_start, in.loc, in.attn, out, pool);
+    for (int64_t i = 0; i < out.numel(); ++i) ASSERT_TRUE(std::isfinite(out.data<float>()[i])) << msda_isa_name(isa);
+  }
 }
 
 // A head-major value [bs, heads, Lv, hd], passed as its permuted view, gives the same result.

@@ -9,11 +9,13 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/elementwise.h"
 #include "backend/cpu/pool_resize.h"
 #include "backend/cpu/select.h"
+#include "core/half.h"
 #include "core/thread_pool.h"
 #include "kernel_test_util.h"
 
@@ -153,6 +155,36 @@ TEST(Softmax, MatchesF64AndHandlesInfAndNaN) {
   softmax(x, y);
   for (int k = 0; k < 6; ++k) EXPECT_TRUE(std::isnan(y.data<float>()[k])) << k;  // all -inf, and NaN rows
   EXPECT_TRUE(std::isnan(y.data<float>()[7]));  // +inf - +inf, as PyTorch
+}
+
+// add_rows into bf16 (the image features in bf16 precision): each element the f32 sum rounded to
+// nearest even, NaN staying NaN; rows wider than the kernel's 256-column block, odd widths, and an
+// output overlapping the input refused.
+TEST(Elementwise, AddRowsToBf16) {
+  std::mt19937 rng(4);
+  ThreadPool pool(2);
+  for (const auto& [m, c] : {std::pair<int64_t, int64_t>{301, 67}, {70, 256}, {9, 600}}) {
+    Tensor a = random_tensor({m, c}, rng, -8.0f, 8.0f);
+    const Tensor row = random_tensor({c}, rng);
+    a.data<float>()[5] = kNaN;
+    a.data<float>()[6] = 3.3999e38f;  // finite in f32, past bf16's largest finite value: inf
+    Tensor y = Tensor::empty({m, c}, DType::kBF16);
+    add_rows(a, row, y, &pool);
+    const auto* yp = static_cast<const uint16_t*>(y.raw_data());
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      const float sum = a.data<float>()[i] + row.data<float>()[i % c];
+      if (std::isnan(sum)) {
+        ASSERT_TRUE(std::isnan(bf16_to_float(yp[i]))) << i;
+      } else {
+        ASSERT_EQ(yp[i], float_to_bf16(sum)) << i << " of " << m << "x" << c;
+      }
+    }
+    EXPECT_EQ(yp[6], 0x7F80u);  // +inf
+  }
+  Tensor a = random_tensor({4, 8}, rng);
+  const Tensor row = random_tensor({8}, rng);
+  Tensor over = Tensor::view_of(a.storage(), DType::kBF16, {4, 8}, contiguous_strides({4, 8}), 0);
+  EXPECT_THROW(add_rows(a, row, over), Error);
 }
 
 TEST(Elementwise, ReluSigmoidAddAddRows) {
@@ -492,6 +524,48 @@ TEST(Concat, AnyAxisAndDtype) {
   Tensor m = Tensor::empty({2, 4, 5}, DType::kF32);
   EXPECT_THROW(concat(mismatched, 1, m), Error);
   EXPECT_THROW(concat(parts, 3, y), Error);
+}
+
+// Threaded (a pool) and into bf16: concat along axis 0 (one block per part, split into pieces) and
+// along the last axis (many short rows), and gather_rows with padding, each against the plain copy
+// rounded to nearest even; same-dtype threaded copies give the serial bytes; bf16 dst overlapping
+// an input is refused.
+TEST(Concat, ThreadedAndIntoBf16) {
+  std::mt19937 rng(10);
+  ThreadPool pool(3);
+  const auto rounded = [](const Tensor& f32) { return f32.to(DType::kBF16); };
+  // Axis 0, parts past one 64K-element piece; the last axis, 40000 short rows (TSA's query_cat).
+  for (const auto& [shapes, axis] : {std::pair<std::vector<Shape>, int64_t>{{{700, 256}, {300, 256}}, 0},
+                                     {{{40000, 7}, {40000, 9}}, 1}}) {
+    std::vector<Tensor> parts;
+    Shape out = shapes[0];
+    out[static_cast<size_t>(axis)] = 0;
+    for (const Shape& sh : shapes) {
+      parts.push_back(random_tensor(sh, rng));
+      out[static_cast<size_t>(axis)] += sh[static_cast<size_t>(axis)];
+    }
+    parts[0].data<float>()[3] = kNaN;
+    Tensor serial = Tensor::empty(out, DType::kF32), threaded = Tensor::empty(out, DType::kF32);
+    concat(parts, axis, serial);
+    concat(parts, axis, threaded, &pool);
+    EXPECT_TRUE(same_bits(serial, threaded));
+    Tensor y16 = Tensor::empty(out, DType::kBF16);
+    concat(parts, axis, y16, &pool);
+    EXPECT_TRUE(same_bits(y16, rounded(serial))) << "axis " << axis;
+  }
+  const Tensor src = random_tensor({50, 33}, rng);
+  std::vector<int64_t> iv(3001);
+  std::uniform_int_distribution<int64_t> pick(-1, 49);
+  for (auto& e : iv) e = pick(rng);
+  Tensor serial = Tensor::empty({3001, 33}, DType::kF32), y16 = Tensor::empty({3001, 33}, DType::kBF16);
+  gather_rows(src, i64_tensor(iv), serial);
+  gather_rows(src, i64_tensor(iv), y16, &pool);
+  EXPECT_TRUE(same_bits(y16, rounded(serial)));
+  Tensor over = Tensor::view_of(src.storage(), DType::kBF16, {10, 33}, contiguous_strides({10, 33}), 0);
+  EXPECT_THROW(gather_rows(src, i64_tensor(std::vector<int64_t>(10, 1)), over, &pool), Error);
+  const std::vector<Tensor> parts = {src, src};
+  Tensor over_concat = Tensor::view_of(src.storage(), DType::kBF16, {100, 33}, contiguous_strides({100, 33}), 0);
+  EXPECT_THROW(concat(parts, 0, over_concat, &pool), Error);
 }
 
 // Element i of `view` through its strides, for any rank.

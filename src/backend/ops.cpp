@@ -343,17 +343,23 @@ Tensor Ops::upsample_nearest_add(const Tensor& coarse, const Tensor& fine, std::
 
 // ---- dense ops ----
 
-Tensor Ops::linear(const Tensor& x, const PreparedWeights& w, std::string label) {
+Tensor Ops::linear(const Tensor& x, const PreparedWeights& w, std::string label, DType out) {
   expect_prepared_by("linear", label, w, backend_);
   const int64_t in = w.weight_shape[1], out_features = w.weight_shape[0];
   if (x.dim() < 1 || x.size(-1) != in) {
     shape_error("linear", label, "input " + x.describe() + " for weight " + shape_str(w.weight_shape),
                 "[..., " + std::to_string(in) + "]");
   }
-  expect_f32("linear", label, "input", x);
+  const bool bf16 = backend_.precision() == Precision::kBF16;
+  if (!(x.dtype() == DType::kF32 || (bf16 && x.dtype() == DType::kBF16)))
+    shape_error("linear", label, "input is " + x.describe(), bf16 ? "f32 or bf16" : "f32 (bf16 needs bf16 precision)");
+  if (!(out == DType::kF32 || (bf16 && out == DType::kBF16))) {
+    shape_error("linear", label, std::string("output dtype ") + dtype_name(out) + " requested",
+                bf16 ? "f32 or bf16" : "f32 (bf16 needs bf16 precision)");
+  }
   Shape ys = x.shape();
   ys.back() = out_features;
-  OpNode n{OpKind::linear, std::move(label), w.attrs, {x}, {output(ys)}, w.state};
+  OpNode n{OpKind::linear, std::move(label), w.attrs, {x}, {output(ys, out)}, w.state};
   n.weight_shape = w.weight_shape;
   return emit(std::move(n));
 }
@@ -430,11 +436,16 @@ Tensor Ops::zeros(const Shape& shape, std::string label) {
   return emit({OpKind::zeros, std::move(label), {}, {}, {output(shape)}, nullptr});
 }
 
-Tensor Ops::add_rows(const Tensor& a, const Tensor& row, std::string label) {
+Tensor Ops::add_rows(const Tensor& a, const Tensor& row, std::string label, DType out) {
   if (row.shape() != Shape{a.size(-1)}) {
     shape_error("add_rows", label, "row " + row.describe() + " for " + a.describe(), "[" + std::to_string(a.size(-1)) + "]");
   }
-  return emit({OpKind::add_rows, std::move(label), {}, {a, row}, {output(a.shape())}, nullptr});
+  const bool bf16 = backend_.precision() == Precision::kBF16;
+  if (!(out == DType::kF32 || (bf16 && out == DType::kBF16))) {
+    shape_error("add_rows", label, std::string("output dtype ") + dtype_name(out) + " requested",
+                bf16 ? "f32 or bf16" : "f32 (bf16 needs bf16 precision)");
+  }
+  return emit({OpKind::add_rows, std::move(label), {}, {a, row}, {output(a.shape(), out)}, nullptr});
 }
 
 // ---- attention and selection ----
@@ -444,6 +455,11 @@ Tensor Ops::msda(const Tensor& value, const Tensor& locations, const Tensor& wei
   expect_rank("msda", label, "value", value, 4);
   expect_rank("msda", label, "sampling_locations", locations, 6);
   expect_rank("msda", label, "attention_weights", weights, 5);
+  // bf16 values (a bf16 linear's output) halve the bytes the corners gather; the rest stays f32.
+  if (value.dtype() != DType::kF32 && value.dtype() != DType::kBF16)
+    shape_error("msda", label, "value is " + value.describe(), "f32 or bf16");
+  expect_f32("msda", label, "sampling_locations", locations);
+  expect_f32("msda", label, "attention_weights", weights);
   return emit({OpKind::msda, std::move(label), attrs, {value, locations, weights},
                {output({locations.size(0), locations.size(1), value.size(2) * value.size(3)})}, nullptr});
 }
@@ -502,10 +518,18 @@ std::pair<Tensor, Tensor> Ops::topk(const Tensor& scores, int64_t k, std::string
   return {values, indices};
 }
 
-Tensor Ops::gather_rows(const Tensor& src, const Tensor& index, std::string label) {
+DType Ops::copy_dtype(const char* op, const std::string& label, DType from, std::optional<DType> out) const {
+  if (!out || *out == from) return from;
+  if (*out == DType::kBF16 && from == DType::kF32 && backend_.precision() == Precision::kBF16) return *out;
+  shape_error(op, label, std::string(dtype_name(from)) + " rows into " + dtype_name(*out) + " requested",
+              "the input's dtype, or bf16 from f32 when the backend runs in bf16");
+}
+
+Tensor Ops::gather_rows(const Tensor& src, const Tensor& index, std::string label, std::optional<DType> out) {
   expect_rank("gather_rows", label, "src", src, 2);
   expect_rank("gather_rows", label, "index", index, 1);
-  return emit({OpKind::gather_rows, std::move(label), {}, {src, index}, {output({index.size(0), src.size(1)}, src.dtype())}, nullptr});
+  const DType to = copy_dtype("gather_rows", label, src.dtype(), out);
+  return emit({OpKind::gather_rows, std::move(label), {}, {src, index}, {output({index.size(0), src.size(1)}, to)}, nullptr});
 }
 
 Tensor Ops::scatter_add_rows(const Tensor& src, const Tensor& index, const Tensor& dst, std::string label) {
@@ -518,8 +542,9 @@ Tensor Ops::scatter_add_rows(const Tensor& src, const Tensor& index, const Tenso
   return emit({OpKind::scatter_add_rows, std::move(label), {}, {src, index}, {dst}, nullptr});
 }
 
-Tensor Ops::concat(const std::vector<Tensor>& parts, int64_t axis, std::string label) {
+Tensor Ops::concat(const std::vector<Tensor>& parts, int64_t axis, std::string label, std::optional<DType> out) {
   if (parts.empty()) shape_error("concat", label, "no tensors", "at least one");
+  const DType to = copy_dtype("concat", label, parts.front().dtype(), out);
   Shape s = parts.front().shape();
   if (axis < 0) axis += static_cast<int64_t>(s.size());
   if (axis < 0 || axis >= static_cast<int64_t>(s.size())) shape_error("concat", label, "axis out of range", "a valid axis");
@@ -532,7 +557,7 @@ Tensor Ops::concat(const std::vector<Tensor>& parts, int64_t axis, std::string l
     if (q != s) shape_error("concat", label, p.describe() + " with " + parts.front().describe(), "equal shapes off the axis");
   }
   s[static_cast<size_t>(axis)] = total;
-  return emit({OpKind::concat, std::move(label), ConcatAttrs{axis}, parts, {output(s, parts.front().dtype())}, nullptr});
+  return emit({OpKind::concat, std::move(label), ConcatAttrs{axis}, parts, {output(s, to)}, nullptr});
 }
 
 Tensor Ops::count_nonfinite(const Tensor& x, int64_t groups, std::string label) {

@@ -6,6 +6,7 @@
 // into the recorded input tensors through the backend.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -81,8 +82,10 @@ class Ops {
   // fine += nearest-upsampled coarse, in place; returns `fine`.
   Tensor upsample_nearest_add(const Tensor& coarse, const Tensor& fine, std::string label = {});
 
-  // Rows are the leading dimensions flattened: [..., in] -> [..., out].
-  Tensor linear(const Tensor& x, const PreparedWeights& w, std::string label = {});
+  // Rows are the leading dimensions flattened: [..., in] -> [..., out]. x is f32, or bf16 when the
+  // backend runs in bf16; `out` is the output's dtype, bf16 likewise only in bf16 (for tensors
+  // only linears and msda read: half the bytes, and no conversion in the reader).
+  Tensor linear(const Tensor& x, const PreparedWeights& w, std::string label = {}, DType out = DType::kF32);
   Tensor batched_matmul(const Tensor& a, const Tensor& b, const BatchedMatmulAttrs& attrs, std::string label = {});
   // Per sample and head: softmax(scale * q k^T) v over the head's C / heads columns;
   // q [B, Q, C], k and v [B, K, C] -> [B, Q, C].
@@ -98,10 +101,12 @@ class Ops {
   Tensor mul(const Tensor& a, const Tensor& b, std::string label = {});
   // A new f32 tensor of zeros (zeroed again on every replay).
   Tensor zeros(const Shape& shape, std::string label = {});
-  Tensor add_rows(const Tensor& a, const Tensor& row, std::string label = {});  // a [..., C] + row [C]
+  // a [..., C] + row [C]; `out` bf16 only when the backend runs in bf16 (the image features the
+  // value projections read).
+  Tensor add_rows(const Tensor& a, const Tensor& row, std::string label = {}, DType out = DType::kF32);
 
-  // value [bs, Lv, heads, hd], locations [bs, Lq, heads, L, P, 2], weights [bs, Lq, heads, L, P]
-  // -> [bs, Lq, heads * hd]
+  // value [bs, Lv, heads, hd] (f32 or bf16), locations [bs, Lq, heads, L, P, 2], weights
+  // [bs, Lq, heads, L, P] -> [bs, Lq, heads * hd] f32
   Tensor msda(const Tensor& value, const Tensor& locations, const Tensor& weights, const MsdaAttrs& attrs,
               std::string label = {});
 
@@ -119,15 +124,20 @@ class Ops {
                           std::string label = {});
 
   std::pair<Tensor, Tensor> topk(const Tensor& scores, int64_t k, std::string label = {});  // values, i64 indices
-  // out[i] = src[index[i]]; index -1 gives a row of zeros (padding).
-  Tensor gather_rows(const Tensor& src, const Tensor& index, std::string label = {});
+  // out[i] = src[index[i]]; index -1 gives a row of zeros (padding). `out`: the output's dtype,
+  // src's when unset, or bf16 for an f32 src when the backend runs in bf16 (rows only linears
+  // read; see Ops::linear).
+  Tensor gather_rows(const Tensor& src, const Tensor& index, std::string label = {},
+                     std::optional<DType> out = std::nullopt);
   // out[i] = srcs[s][r] for index[i] = gather_multi_index(s, r), a zero row for -1: rows taken
   // from several tensors (one per sample of a batch, each its own buffer) without first copying
   // them into one. Every source [N_s, C] of one dtype; out [index, C].
   Tensor gather_rows_multi(const std::vector<Tensor>& srcs, const Tensor& index, std::string label = {});
   // dst[index[i]] += src[i], in place; index -1 skips the row (padding); returns `dst`.
   Tensor scatter_add_rows(const Tensor& src, const Tensor& index, const Tensor& dst, std::string label = {});
-  Tensor concat(const std::vector<Tensor>& parts, int64_t axis, std::string label = {});
+  // `out` as gather_rows': the parts' dtype when unset, or bf16 for f32 parts in bf16 precision.
+  Tensor concat(const std::vector<Tensor>& parts, int64_t axis, std::string label = {},
+                std::optional<DType> out = std::nullopt);
   Tensor permute(const Tensor& x, const std::vector<int64_t>& order, std::string label = {});  // contiguous copy
   // i64 [groups]: how many values of each of x's `groups` equal parts (x as [groups, rest]; f32 or
   // bf16) are NaN or infinite. A stage ends with one over what it hands on, a group per sample,
@@ -142,6 +152,8 @@ class Ops {
  private:
   Tensor output(const Shape& shape, DType dtype = DType::kF32);
   Tensor emit(OpNode node);  // runs (and records) the node; returns its first output
+  // A copying op's output dtype (gather_rows, concat): `from`, or bf16 from f32 in bf16 precision.
+  DType copy_dtype(const char* op, const std::string& label, DType from, std::optional<DType> out) const;
   PreparedWeights prepare(OpKind kind, OpAttrs attrs, const Tensor& weight, const Tensor* bias);
 
   Tensor conv2d_impl(const Tensor& x, const PreparedWeights& w, const Tensor* residual, std::string label, DType out,

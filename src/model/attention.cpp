@@ -17,6 +17,10 @@ void require(bool ok, const std::string& what, const std::string& expected) {
 
 }  // namespace
 
+DType compact_dtype(Ops& ops) {
+  return ops.backend().precision() == Precision::kBF16 ? DType::kBF16 : DType::kF32;
+}
+
 // ---- FFN ----
 
 FfnWeights load_ffn(Ops& ops, const WeightSource& w, const std::string& prefix) {
@@ -24,7 +28,7 @@ FfnWeights load_ffn(Ops& ops, const WeightSource& w, const std::string& prefix) 
 }
 
 Tensor ffn_forward(Ops& ops, const FfnWeights& f, const Tensor& x, const std::string& label) {
-  const Tensor h = ops.linear(x, f.fc1, label + ".layers.0");
+  const Tensor h = ops.linear(x, f.fc1, label + ".layers.0", compact_dtype(ops));
   return ops.add(x, ops.linear(h, f.fc2, label + ".layers.1"), label);
 }
 
@@ -45,12 +49,14 @@ Tensor tsa_forward(Ops& ops, const TsaWeights& w, const DeformAttnConfig& cfg, i
   const int64_t queue = num_bev_queue;
   // The two queue entries become two "levels" of one MSDA call: value rows [prev | current] per
   // sample, offsets laid out (head, queue, point, xy) exactly as MSDA's (head, level, point, xy).
-  const Tensor stacked = in.value_stack.defined() ? in.value_stack : ops.concat({in.value0, in.value1}, 0, label + ".value");
-  const Tensor value = ops.linear(stacked, w.value_proj, label + ".value_proj").reshape({batch, queue * hw, heads, c / heads});
+  const Tensor stacked =
+      in.value_stack.defined() ? in.value_stack : ops.concat({in.value0, in.value1}, 0, label + ".value", compact_dtype(ops));
+  const Tensor value = ops.linear(stacked, w.value_proj, label + ".value_proj", compact_dtype(ops))
+                           .reshape({batch, queue * hw, heads, c / heads});
   const Tensor query = batch == 1 ? ops.add(x, in.bev_pos, label + ".query")
                                   : ops.add(x.reshape({batch, hw, c}), in.bev_pos.reshape({1, hw, c}), label + ".query")
                                         .reshape({rows, c});
-  const Tensor qcat = ops.concat({in.value0, query}, 1, label + ".query_cat");
+  const Tensor qcat = ops.concat({in.value0, query}, 1, label + ".query_cat", compact_dtype(ops));
   const Tensor offsets =
       ops.linear(qcat, w.sampling_offsets, label + ".sampling_offsets").reshape({rows, heads, queue, points, 2});
   // Softmax over the points of each queue entry separately (spec §5.2).
@@ -84,7 +90,7 @@ Tensor sca_forward(Ops& ops, const ScaWeights& w, const DeformAttnConfig& cfg, c
                 points = cfg.num_points;
   const int64_t cams = in.value.size(0), slots_total = in.query_index.size(0), max_len = slots_total / cams;
   // Rebatch: each camera's visible BEV cells, padded with zero queries (spec §2.9).
-  const Tensor queries = ops.gather_rows(x, in.query_index, label + ".rebatch");
+  const Tensor queries = ops.gather_rows(x, in.query_index, label + ".rebatch", compact_dtype(ops));
   const Tensor offsets = ops.linear(queries, w.sampling_offsets, label + ".sampling_offsets")
                              .reshape({slots_total, heads, levels, points, 2});
   const Tensor weights = ops.softmax(ops.linear(queries, w.attention_weights, label + ".attention_weights")

@@ -26,6 +26,12 @@ struct FfnWeights {
 FfnWeights load_ffn(Ops& ops, const WeightSource& w, const std::string& prefix);
 Tensor ffn_forward(Ops& ops, const FfnWeights& f, const Tensor& x, const std::string& label);
 
+// The dtype of an activation that only linears and msda read (deformable attention's projected
+// values and the rows they are projected from, TSA's query_cat, SCA's rebatched queries, the FFN's
+// hidden layer): bf16 when the backend runs in bf16, which halves its bytes (msda's random
+// gathers, the 2C-wide rows) and spares each reading linear a conversion; f32 otherwise.
+DType compact_dtype(Ops& ops);
+
 // TemporalSelfAttention: `<p>.{sampling_offsets, attention_weights, value_proj, output_proj}`.
 struct TsaWeights {
   PreparedWeights sampling_offsets;   // [heads*queue*levels*points*2, 2C]
@@ -37,8 +43,9 @@ TsaWeights load_tsa(Ops& ops, const WeightSource& w, const std::string& prefix);
 struct TsaInputs {
   Tensor value0;     // [B*HW, C]: the rotated previous BEV, or the layer input without history
   Tensor value1;     // [HW, C]: the encoder's input query with history, else the layer input (B = 1)
-  // B > 1: the value rows already stacked per sample, [B*2*HW, C] = for each sample its value0
-  // then its value1 (samples with and without history differ, so the caller gathers them).
+  // The value rows already stacked per sample, [B*2*HW, C] = for each sample its value0 then its
+  // value1: for B > 1 (samples with and without history differ, so the caller gathers them) and
+  // for B = 1 with history (the same rows in every layer, stacked once); else undefined.
   Tensor value_stack;
   Tensor bev_pos;    // [HW, C]
   Tensor reference;  // f32 [B*HW, queue, 1, 2]: hybrid reference points (geometry.h tsa_reference)

@@ -163,7 +163,9 @@ ImageOutputs BevFormer::image_stage(Ops& o, const Tensor& img, Taps* taps) const
                      : o.add(f.reshape({batch, cams, h * w, c}), cam_rows, "feat_flatten.cams_embeds." + std::to_string(l))
                            .reshape({images, h * w, c});
     }
-    flat.push_back(o.add_rows(f, level_embeds_[l], "feat_flatten.level_embeds." + std::to_string(l)));
+    // Only the value projections read the features: bf16 in bf16 precision (compact_dtype), so
+    // the six of them share one conversion instead of each making its own.
+    flat.push_back(o.add_rows(f, level_embeds_[l], "feat_flatten.level_embeds." + std::to_string(l), compact_dtype(o)));
   }
   const Tensor feat = flat.size() == 1 ? flat[0] : o.concat(flat, 1, "feat_flatten");
   ImageOutputs out;
@@ -181,7 +183,8 @@ ImageOutputs BevFormer::image_stage(Ops& o, const Tensor& img, Taps* taps) const
   for (size_t i = 0; i < encoder_.layers.size(); ++i) {
     ScaInputs s;
     s.value = o.linear(feat, encoder_.layers[i].sca.value_proj,
-                       "encoder.layers." + std::to_string(i) + ".attentions.1.deformable_attention.value_proj")
+                       "encoder.layers." + std::to_string(i) + ".attentions.1.deformable_attention.value_proj",
+                       compact_dtype(o))
                   .reshape({images, total, heads, c / heads});
     s.spatial_shapes = shapes;
     s.level_start = starts;

@@ -48,7 +48,7 @@ DecoderOutputs decoder_forward(Ops& ops, const DecoderWeights& w, const HeadWeig
   std::vector<Tensor> values;
   for (size_t i = 0; i < w.layers.size(); ++i) {
     values.push_back(ops.linear(bev_embed, w.layers[i].cross.value_proj,
-                                "decoder.layers." + std::to_string(i) + ".attentions.1.value_proj")
+                                "decoder.layers." + std::to_string(i) + ".attentions.1.value_proj", compact_dtype(ops))
                          .reshape({batch, hw, heads, c / heads}));
   }
   Tensor reference = per_sample(

@@ -86,6 +86,11 @@ Tensor encoder_forward(Ops& ops, const EncoderWeights& w, const ModelConfig& cfg
     if (prev.defined()) taps->put("dbg.prev_bev_rotated", prev.reshape({hw, 1, c}));
   }
 
+  // With history (B = 1) every layer's TSA values are the same rows, [prev | bev_query]: stacked
+  // once for all layers (each projects them with its own value_proj).
+  Tensor history_stack;
+  if (batch == 1 && prev.defined()) history_stack = ops.concat({prev, bev_query}, 0, "encoder.tsa_value", compact_dtype(ops));
+
   Tensor x = bev_query;
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const EncoderLayerWeights& l = w.layers[i];
@@ -96,6 +101,7 @@ Tensor encoder_forward(Ops& ops, const EncoderWeights& w, const ModelConfig& cfg
     if (batch == 1) {
       tsa_in.value0 = prev.defined() ? prev : x;
       tsa_in.value1 = prev.defined() ? bev_query : x;
+      tsa_in.value_stack = history_stack;
     } else {
       // Each sample's rows from its previous BEV (rotated by the index) and the queries, or, for
       // a first frame, the layer input twice: gathered, since the kinds mix in one batch.

@@ -229,7 +229,7 @@ class CpuBackend final : public Backend {
       }
       case OpKind::gather_rows: {
         Tensor y = out;
-        cpu::gather_rows(in[0], in[1], y);
+        cpu::gather_rows(in[0], in[1], y, &pool_);
         return;
       }
       case OpKind::scatter_add_rows: {
@@ -239,7 +239,7 @@ class CpuBackend final : public Backend {
       }
       case OpKind::concat: {
         Tensor y = out;
-        cpu::concat(in, std::get<ConcatAttrs>(n.attrs).axis, y);
+        cpu::concat(in, std::get<ConcatAttrs>(n.attrs).axis, y, &pool_);
         return;
       }
       case OpKind::gather_rows_multi: {

@@ -552,14 +552,38 @@ void zeros(Tensor& y) {
 void add_rows(const Tensor& a, const Tensor& row, Tensor& y, ThreadPool* pool) {
   const int64_t c_len = expect_rows("add_rows", a, "input a");
   expect_f32_shape("add_rows", row, "row", {c_len});
-  expect_f32_shape("add_rows", y, "output y", a.shape());
-  expect_no_partial_overlap("add_rows", a, y);
+  const bool bf16_out = y.defined() && y.dtype() == DType::kBF16;
+  if (bf16_out) {
+    if (y.device() != Device::kCpu || !y.is_contiguous() || y.shape() != a.shape())
+      bad_tensor("add_rows", y, "output y", "contiguous host f32 or bf16 " + shape_str(a.shape()));
+    // Different dtypes: any overlap at all would read sums back as inputs.
+    expect_no_partial_overlap("add_rows", a, y, /*may_alias=*/false);
+  } else {
+    expect_f32_shape("add_rows", y, "output y", a.shape());
+    expect_no_partial_overlap("add_rows", a, y);
+  }
   expect_no_partial_overlap("add_rows", row, y, /*may_alias=*/false);
   if (a.numel() == 0) return;
   const float* ap = a.data<float>();
   const float* rp = row.data<float>();
-  float* yp = y.data<float>();
   for_rows(pool, a.numel() / c_len, std::max<int64_t>(1, 16384 / c_len), [&](int64_t r0, int64_t r1) {
+    if (bf16_out) {
+      // Sums in f32, 256 columns at a time on the stack (a replayed plan allocates nothing),
+      // then rounded to bf16 16 lanes at a time (float_to_bf16_n).
+      constexpr int64_t kBlock = 256;
+      float sum[kBlock];
+      auto* yp = static_cast<uint16_t*>(y.raw_data());
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* ar = ap + r * c_len;
+        for (int64_t c0 = 0; c0 < c_len; c0 += kBlock) {
+          const int64_t n = std::min(kBlock, c_len - c0);
+          for (int64_t c = 0; c < n; ++c) sum[c] = ar[c0 + c] + rp[c0 + c];
+          float_to_bf16_n(sum, yp + r * c_len + c0, static_cast<size_t>(n));
+        }
+      }
+      return;
+    }
+    float* yp = y.data<float>();
     for (int64_t r = r0; r < r1; ++r) {
       const float* ar = ap + r * c_len;
       float* yr = yp + r * c_len;

@@ -64,7 +64,8 @@ void count_nonfinite(const Tensor& x, Tensor& out, ThreadPool* pool = nullptr);
 // y = 0 (all bytes zero, so 0.0f for f32); any dtype, contiguous host.
 void zeros(Tensor& y);
 
-// y[m, :] = a[m, :] + row[:] (a viewed as [M, C], row [C]). y may be a.
+// y[m, :] = a[m, :] + row[:] (a viewed as [M, C], row [C]), y f32 (which may be a) or bf16 (the
+// f32 sum rounded to nearest even; disjoint from a).
 void add_rows(const Tensor& a, const Tensor& row, Tensor& y, ThreadPool* pool = nullptr);
 
 }  // namespace bev::cpu

@@ -60,12 +60,12 @@ struct Linear::State {
     dnnl::memory weights;
   };
   std::mutex mu;
-  std::map<int64_t, Plan> plans;  // by M
+  std::map<std::tuple<int64_t, bool, bool>, Plan> plans;  // by M and whether x, y are bf16
 
-  dnnl::matmul::primitive_desc make_pd(int64_t m) const {
+  dnnl::matmul::primitive_desc make_pd(int64_t m, bool bf16_out = false) const {
     const dnnl::memory::desc src_md({m, in}, compute_dt(precision), tag::ab);
     const dnnl::memory::desc w_md({in, out}, compute_dt(precision), tag::any);
-    const dnnl::memory::desc dst_md({m, out}, dt::f32, tag::ab);
+    const dnnl::memory::desc dst_md({m, out}, bf16_out ? dt::bf16 : dt::f32, tag::ab);
     const dnnl::memory::desc bias_md = bias ? dnnl::memory::desc({1, out}, dt::f32, tag::ab) : dnnl::memory::desc();
     dnnl::post_ops ops;
     if (relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
@@ -75,23 +75,29 @@ struct Linear::State {
     return {dnnl::matmul::desc(src_md, w_md, bias_md, dst_md), attr, engine()};
   }
 
-  Plan& plan_for(int64_t m) {
-    auto it = plans.find(m);
+  Plan& plan_for(int64_t m, bool bf16_in, bool bf16_out) {
+    auto it = plans.find({m, bf16_in, bf16_out});
     if (it != plans.end()) return it->second;
     Plan p;
-    p.pd = make_pd(m);
+    p.pd = make_pd(m, bf16_out);
     p.weights = weights.in(p.pd.weights_desc());
     p.prim = dnnl::matmul(p.pd);
     p.scratchpad = dnnl::memory(p.pd.scratchpad_desc(), engine());
     p.src_f32_md = dnnl::memory::desc({m, in}, dt::f32, tag::ab);
     p.dst_md = p.pd.dst_desc();
+    if (bf16_in) {
+      // x is already the bf16 [M, in] the primitive reads: bound directly, nothing converted.
+      p.src = unbound(p.pd.src_desc());
+      p.dst = unbound(p.dst_md);
+      return plans.emplace(std::make_tuple(m, bf16_in, bf16_out), std::move(p)).first->second;
+    }
     if (precision == Precision::kBF16) {
       p.src_bf16 = unbound(p.pd.src_desc());  // bound to this thread's conversion scratch per run
       p.src_to_bf16 = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), p.src_f32_md, engine(), p.pd.src_desc()));
     }
     p.src = unbound(p.src_f32_md);
     p.dst = unbound(p.dst_md);
-    return plans.emplace(m, std::move(p)).first->second;
+    return plans.emplace(std::make_tuple(m, bf16_in, bf16_out), std::move(p)).first->second;
   }
 };
 
@@ -131,31 +137,43 @@ int64_t Linear::out_features() const { return state_->out; }
 std::string Linear::impl_name(int64_t m) const {
   if (m < 1) invalid("cpu::Linear", "row count " + std::to_string(m), "M >= 1");
   std::lock_guard<std::mutex> lock(state_->mu);
-  return cpu::impl_name(state_->plan_for(m).pd);
+  return cpu::impl_name(state_->plan_for(m, false, false).pd);
 }
 
 void Linear::run(const Tensor& x, Tensor& y) const {
   State& s = *state_;
   const char* op = "cpu::Linear";
-  expect_f32_contiguous(op, "input", x);
+  // x and y are f32, or either bf16 in bf16 precision (a bf16 x is read as it lies; a bf16 y is
+  // oneDNN's f32 sums rounded once on the way out).
+  const bool bf16 = s.precision == Precision::kBF16;
+  const bool bf16_in = bf16 && x.defined() && x.dtype() == DType::kBF16;
+  const bool bf16_out = bf16 && y.defined() && y.dtype() == DType::kBF16;
+  const auto expect_contiguous = [&](const char* name, const Tensor& t, bool is_bf16) {
+    if (!is_bf16)
+      expect_f32_contiguous(op, name, t);
+    else if (t.device() != Device::kCpu || !t.is_contiguous())
+      invalid(op, std::string(name) + " is " + t.describe(), "a contiguous host tensor");
+  };
+  expect_contiguous("input", x, bf16_in);
   if (x.dim() < 2 || x.size(-1) != s.in) {
-    invalid(op, "input is " + x.describe(), "f32[M, " + std::to_string(s.in) + "]");
+    invalid(op, "input is " + x.describe(), std::string(dtype_name(x.dtype())) + "[M, " + std::to_string(s.in) + "]");
   }
   Shape out_shape = x.shape();
   out_shape.back() = s.out;
   const int64_t m = x.numel() / s.in;
   if (m < 1) invalid(op, "input is " + x.describe(), "at least one row");
-  expect_f32_contiguous(op, "output", y);
-  if (y.shape() != out_shape) invalid(op, "output is " + y.describe() + " for input " + x.describe(), "f32" + shape_str(out_shape));
+  expect_contiguous("output", y, bf16_out);
+  if (y.shape() != out_shape)
+    invalid(op, "output is " + y.describe() + " for input " + x.describe(), dtype_name(y.dtype()) + shape_str(out_shape));
   if (overlaps(x, y)) invalid(op, "output " + y.describe() + " overlaps input " + x.describe(), "disjoint tensors");
 
   std::lock_guard<std::mutex> lock(s.mu);
-  State::Plan& p = s.plan_for(m);
+  State::Plan& p = s.plan_for(m, bf16_in, bf16_out);
   dnnl::stream& st = stream();
   bind(p.src, x);
   bind(p.dst, y);
   dnnl_memory_t src = p.src.get();
-  if (s.precision == Precision::kBF16) {
+  if (bf16 && !bf16_in) {
     bind_conversion_scratch(p.src_bf16, 0);
     execute_reorder(p.src_to_bf16, st, p.src, p.src_bf16);
     src = p.src_bf16.get();

@@ -36,7 +36,8 @@ class Linear {
   int64_t out_features() const;
 
   // x: f32 [M, in] (or [..., in]: leading dims are flattened into M), contiguous;
-  // y: f32 [M, out] (same leading dims as x), preallocated, contiguous, not overlapping x.
+  // y: f32 [M, out] (same leading dims as x), or bf16 in Precision::kBF16, preallocated,
+  // contiguous, not overlapping x.
   void run(const Tensor& x, Tensor& y) const;
 
   // The oneDNN implementation used for m rows, e.g. "brg:avx512_core" (for reports).

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "bevformer/error.h"
+#include "core/half.h"
 
 namespace bev::cpu {
 namespace {
@@ -38,7 +39,12 @@ bool dense(const Tensor& t) { return t.numel() == 0 || t.is_contiguous(); }
 // allocated when undefined and checked otherwise.
 KernelArgs check(const char* who, const Tensor& value, const SpatialShapes& shapes, const std::vector<int64_t>& level_start,
            const Tensor& loc, const Tensor& attn, Tensor& out) {
-  check_f32_cpu(who, "value", value);
+  if (value.defined() && value.dtype() == DType::kBF16) {
+    if (value.device() != Device::kCpu)
+      throw Error(ErrorKind::kInvalidInput, std::string("value is on ") + device_name(value.device())).where(who).expected("a host tensor");
+  } else {
+    check_f32_cpu(who, "value", value);
+  }
   check_f32_cpu(who, "sampling_locations", loc);
   check_f32_cpu(who, "attention_weights", attn);
   if (value.dim() != 4) bad_shape(who, "value", value, "[bs, Lv, heads, head_dim]");
@@ -91,12 +97,16 @@ KernelArgs check(const char* who, const Tensor& value, const SpatialShapes& shap
 
   p.samples = p.heads * p.levels * p.points;
   p.samples_padded = (p.samples + 15) / 16 * 16;
-  p.value = value.data<float>();
+  if (value.dtype() == DType::kBF16)
+    p.value_bf16 = static_cast<const uint16_t*>(value.raw_data());
+  else
+    p.value = value.data<float>();
   p.value_stride_b = value.strides()[0];
   p.value_stride_row = value.strides()[1];
   p.value_stride_h = value.strides()[2];
-  const auto on_line = [](int64_t elements) { return elements * static_cast<int64_t>(sizeof(float)) % 64 == 0; };
-  p.rows_line_aligned = reinterpret_cast<uintptr_t>(value.data<float>()) % 64 == 0 && on_line(p.value_stride_b) &&
+  const auto elem = static_cast<int64_t>(dtype_size(value.dtype()));
+  const auto on_line = [elem](int64_t elements) { return elements * elem % 64 == 0; };
+  p.rows_line_aligned = reinterpret_cast<uintptr_t>(value.raw_data()) % 64 == 0 && on_line(p.value_stride_b) &&
                         on_line(p.value_stride_row) && on_line(p.value_stride_h);
   p.loc = loc.data<float>();
   p.attn = attn.data<float>();
@@ -181,15 +191,19 @@ void build_tables(KernelArgs& p, const Workspace& ws, const SpatialShapes& shape
 
 // Scalar accumulation: one pass per corner over hd; the compiler vectorizes the inner loop with
 // the baseline ISA (SSE2).
-void accumulate_scalar(const KernelArgs& p, const Corners& c, const float* vbase, int64_t s_begin, int64_t s_end, float* o) {
+inline float widen(float v) { return v; }
+inline float widen(uint16_t v) { return bf16_to_float(v); }
+
+template <typename T>
+void accumulate_scalar(const KernelArgs& p, const Corners& c, const T* vbase, int64_t s_begin, int64_t s_end, float* o) {
   std::fill(o, o + p.hd, 0.0f);
   for (int64_t s = s_begin; s < s_end; ++s) {
     const int32_t m = c.mask[static_cast<size_t>(s)];
     for (int k = 0; k < 4; ++k) {
       if (!(m & (1 << k))) continue;
       const float w = c.weight[static_cast<size_t>(k * c.n + s)];
-      const float* v = vbase + static_cast<int64_t>(c.row[static_cast<size_t>(k * c.n + s)]) * p.value_stride_row;
-      for (int64_t d = 0; d < p.hd; ++d) o[d] += w * v[d];
+      const T* v = vbase + static_cast<int64_t>(c.row[static_cast<size_t>(k * c.n + s)]) * p.value_stride_row;
+      for (int64_t d = 0; d < p.hd; ++d) o[d] += w * widen(v[d]);
     }
   }
 }
@@ -199,9 +213,27 @@ __attribute__((target("avx2,fma"))) inline __m256i avx2_tail_mask(int64_t cols) 
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(cols)), lane);
 }
 
+// Eight values of a row from `cols` (1-8) columns at v as f32; lanes past cols read 0 and never
+// touch memory past the row.
+__attribute__((target("avx2,fma"))) inline __m256 load8_avx2(const float* v, int64_t cols, __m256i mask) {
+  return cols >= 8 ? _mm256_loadu_ps(v) : _mm256_maskload_ps(v, mask);
+}
+__attribute__((target("avx2,fma"))) inline __m256 load8_avx2(const uint16_t* v, int64_t cols, __m256i) {
+  __m128i h;
+  if (cols >= 8) {
+    h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v));
+  } else {
+    alignas(16) uint16_t tmp[8] = {};
+    std::memcpy(tmp, v, static_cast<size_t>(std::max<int64_t>(cols, 0)) * sizeof(uint16_t));
+    h = _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
+  }
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));  // bf16 -> f32 exactly
+}
+
 // AVX2: 16 columns at a time in two ymm per corner. One accumulator set per corner keeps four
 // independent FMA chains per vector, so FMA latency does not serialize a sample's corners.
-__attribute__((target("avx2,fma"))) void accumulate_avx2(const KernelArgs& p, const Corners& c, const float* vbase,
+template <typename T>
+__attribute__((target("avx2,fma"))) void accumulate_avx2(const KernelArgs& p, const Corners& c, const T* vbase,
                                                          int64_t s_begin, int64_t s_end, float* o) {
   for (int64_t g = 0; g < p.hd; g += 16) {
     const int64_t cols = std::min<int64_t>(16, p.hd - g);
@@ -210,10 +242,10 @@ __attribute__((target("avx2,fma"))) void accumulate_avx2(const KernelArgs& p, co
     for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
     const auto corner = [&](int k, int64_t s) __attribute__((target("avx2,fma"))) {
       const __m256 w = _mm256_set1_ps(c.weight[static_cast<size_t>(k * c.n + s)]);
-      const float* v = vbase + static_cast<int64_t>(c.row[static_cast<size_t>(k * c.n + s)]) * p.value_stride_row + g;
+      const T* v = vbase + static_cast<int64_t>(c.row[static_cast<size_t>(k * c.n + s)]) * p.value_stride_row + g;
       // Masked loads never touch lanes past hd, so a short last row cannot read past the tensor.
-      const __m256 v0 = cols >= 8 ? _mm256_loadu_ps(v) : _mm256_maskload_ps(v, m0);
-      const __m256 v1 = cols >= 16 ? _mm256_loadu_ps(v + 8) : _mm256_maskload_ps(v + 8, m1);
+      const __m256 v0 = load8_avx2(v, cols, m0);
+      const __m256 v1 = cols > 8 ? load8_avx2(v + 8, cols - 8, m1) : _mm256_setzero_ps();
       acc[k][0] = _mm256_fmadd_ps(w, v0, acc[k][0]);
       acc[k][1] = _mm256_fmadd_ps(w, v1, acc[k][1]);
     };
@@ -235,14 +267,14 @@ __attribute__((target("avx2,fma"))) void accumulate_avx2(const KernelArgs& p, co
   }
 }
 
-template <typename Accumulate>
-void run_with(const KernelArgs& p, Corners& c, int64_t begin, int64_t end, Accumulate accumulate) {
+template <typename T, typename Accumulate>
+void run_with(const KernelArgs& p, const T* value, Corners& c, int64_t begin, int64_t end, Accumulate accumulate) {
   const int64_t per_head = p.levels * p.points;
   for (int64_t bq = begin; bq < end; ++bq) {
     const int64_t b = bq / p.lq;
     msda_detail::prepare_corners_scalar(p, p.loc + bq * p.samples * 2, p.attn + bq * p.samples, c);
     for (int64_t h = 0; h < p.heads; ++h) {
-      const float* vbase = p.value + b * p.value_stride_b + h * p.value_stride_h;
+      const T* vbase = value + b * p.value_stride_b + h * p.value_stride_h;
       accumulate(p, c, vbase, h * per_head, (h + 1) * per_head, p.out + (bq * p.heads + h) * p.hd);
     }
   }
@@ -302,8 +334,18 @@ void prepare_corners_scalar(const KernelArgs& p, const float* loc_q, const float
   }
 }
 
-void run_scalar(const KernelArgs& p, Corners& c, int64_t begin, int64_t end) { run_with(p, c, begin, end, accumulate_scalar); }
-void run_avx2(const KernelArgs& p, Corners& c, int64_t begin, int64_t end) { run_with(p, c, begin, end, accumulate_avx2); }
+void run_scalar(const KernelArgs& p, Corners& c, int64_t begin, int64_t end) {
+  if (p.value_bf16)
+    run_with(p, p.value_bf16, c, begin, end, accumulate_scalar<uint16_t>);
+  else
+    run_with(p, p.value, c, begin, end, accumulate_scalar<float>);
+}
+void run_avx2(const KernelArgs& p, Corners& c, int64_t begin, int64_t end) {
+  if (p.value_bf16)
+    run_with(p, p.value_bf16, c, begin, end, accumulate_avx2<uint16_t>);
+  else
+    run_with(p, p.value, c, begin, end, accumulate_avx2<float>);
+}
 
 }  // namespace msda_detail
 
@@ -315,11 +357,11 @@ void msda_reference(const Tensor& value, const SpatialShapes& spatial_shapes, co
       for (int64_t h = 0; h < p.heads; ++h) {
         float* o = p.out + ((b * p.lq + q) * p.heads + h) * p.hd;
         std::fill(o, o + p.hd, 0.0f);
-        const float* vh = p.value + b * p.value_stride_b + h * p.value_stride_h;
+        const int64_t vh = b * p.value_stride_b + h * p.value_stride_h;  // element offset of the head
         for (int64_t l = 0; l < p.levels; ++l) {
           const int64_t H = spatial_shapes[static_cast<size_t>(l)].first;
           const int64_t W = spatial_shapes[static_cast<size_t>(l)].second;
-          const float* vl = vh + level_start[static_cast<size_t>(l)] * p.value_stride_row;
+          const int64_t vl = vh + level_start[static_cast<size_t>(l)] * p.value_stride_row;
           for (int64_t pt = 0; pt < p.points; ++pt) {
             const int64_t i = (((b * p.lq + q) * p.heads + h) * p.levels + l) * p.points + pt;
             const float px = p.loc[2 * i] * static_cast<float>(W) - 0.5f;
@@ -335,7 +377,10 @@ void msda_reference(const Tensor& value, const SpatialShapes& spatial_shapes, co
             for (int64_t d = 0; d < p.hd; ++d) {
               // mmcv's order: the bilinear value over in-range corners, then times the weight.
               float v = 0.0f;
-              const auto at = [&](int64_t y, int64_t x) { return vl[(y * W + x) * p.value_stride_row + d]; };
+              const auto at = [&](int64_t y, int64_t x) {
+                const int64_t e = vl + (y * W + x) * p.value_stride_row + d;
+                return p.value_bf16 ? bf16_to_float(p.value_bf16[e]) : p.value[e];
+              };
               if (y0_in && x0_in) v += w00 * at(y0, x0);
               if (y0_in && x1_in) v += w01 * at(y0, x0 + 1);
               if (y1_in && x0_in) v += w10 * at(y0 + 1, x0);
@@ -386,7 +431,8 @@ void msda_with_isa(MsdaIsa isa, const Tensor& value, const SpatialShapes& spatia
   build_tables(p, ws, spatial_shapes, level_start);
   // 8 MiB (measured, docs/PERF.md): tiny's maps (2.5 MB at most) lose with prefetching, base's
   // (31-41 MB) gain.
-  const double batch_bytes = static_cast<double>(p.lv) * static_cast<double>(p.heads * p.hd) * sizeof(float);
+  const double batch_bytes =
+      static_cast<double>(p.lv) * static_cast<double>(p.heads * p.hd) * static_cast<double>(dtype_size(value.dtype()));
   p.prefetch = prefetch == MsdaPrefetch::kOn || (prefetch == MsdaPrefetch::kAuto && batch_bytes >= kMsdaPrefetchBytes);
   dispatch(isa, p, ws, pool);
 }

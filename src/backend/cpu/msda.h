@@ -4,13 +4,16 @@
 //   sample = bilinear(value[b, level l, h], px, py)   (zero padding; 0 unless -1<px<W_l, -1<py<H_l)
 //   out[b, q, h*hd : (h+1)*hd] += w[b, q, h, l, p] * sample
 //
-// Shapes: value [bs, Lv, heads, hd] f32, spatial_shapes (H_l, W_l) per level, level_start the
-// first value row of each level (0, H_0*W_0, ...; Lv = the sum of H_l*W_l), sampling_locations
+// Shapes: value [bs, Lv, heads, hd] f32 or bf16, spatial_shapes (H_l, W_l) per level, level_start
+// the first value row of each level (0, H_0*W_0, ...; Lv = the sum of H_l*W_l), sampling_locations
 // [bs, Lq, heads, L, P, 2] f32 as normalized (x, y), attention_weights [bs, Lq, heads, L, P] f32,
 // out [bs, Lq, heads*hd] f32. locations, weights and out must be contiguous. value only needs a
 // unit stride on hd: a value stored head-major [bs, heads, Lv, hd] is passed as its
-// permute({0, 2, 1, 3}) view, without a copy. `out` is overwritten; when it is undefined it is
-// allocated. Every shape is checked; a mismatch throws Error(kInvalidInput) naming the tensor.
+// permute({0, 2, 1, 3}) view, without a copy. A bf16 value halves the bytes every corner gathers
+// (one 64-byte line per BEVFormer row of 32); each element is widened exactly to f32, so every
+// path gives the bits it gives on the f32 tensor of the same values. `out` is overwritten; when
+// it is undefined it is allocated. Every shape is checked; a mismatch throws Error(kInvalidInput)
+// naming the tensor.
 //
 // msda_reference is the plain loop that defines the op (the spec other kernels are tested
 // against). msda is the fast kernel: per query it first turns every (h, l, p) sample into four
@@ -67,7 +70,9 @@ struct KernelArgs {
   int64_t bs = 0, lv = 0, lq = 0, heads = 0, hd = 0, levels = 0, points = 0;
   int64_t samples = 0;         // heads * levels * points: samples per query
   int64_t samples_padded = 0;  // rounded up to 16 so vector loops read tables without a tail
+  // One of the two, by value's dtype; strides count elements of that type.
   const float* value = nullptr;
+  const uint16_t* value_bf16 = nullptr;
   int64_t value_stride_b = 0, value_stride_row = 0, value_stride_h = 0;  // elements
   const float* loc = nullptr;
   const float* attn = nullptr;

@@ -85,13 +85,28 @@ BEV_AVX512 __attribute__((always_inline)) inline void prepare_corners_avx512(con
   }
 }
 
+// 16 or 32 values of a row as f32 (lanes outside the masks read 0 and touch no memory). bf16 is
+// widened exactly: its bits are the top half of the f32's. A bf16 row of 32 is one 64-byte line.
+BEV_AVX512 inline void load_row(const float* v, __mmask16 tail0, __mmask16 tail1, __m512& lo, __m512& hi) {
+  lo = _mm512_maskz_loadu_ps(tail0, v);
+  hi = _mm512_maskz_loadu_ps(tail1, v + 16);
+}
+// (maskz_ forms: GCC 12 warns on the _mm512_undefined source of the unmasked ones.)
+BEV_AVX512 inline __m512 widen_bf16(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16));
+}
+BEV_AVX512 inline void load_row(const uint16_t* v, __mmask16 tail0, __mmask16 tail1, __m512& lo, __m512& hi) {
+  lo = widen_bf16(_mm256_maskz_loadu_epi16(tail0, v));
+  hi = widen_bf16(_mm256_maskz_loadu_epi16(tail1, v + 16));
+}
+
 // Step (2) for 16 (kTwo false) or 32 (kTwo true) columns; the loads are masked by tail0/tail1 so
 // they never read past head_dim (the tensor's last row stays in bounds). One accumulator per
 // corner and vector: four independent FMA chains, so the 4-cycle FMA latency does not serialize
 // a sample's corners. Named accumulators, not an array, and constant corner indices: a run-time
 // index into an accumulator array makes GCC keep it on the stack (measured 3x slower).
-template <bool kTwo>
-BEV_AVX512 void accumulate_group(const Corners& c, const float* vbase, int64_t row_stride, int64_t s_begin, int64_t s_end,
+template <bool kTwo, typename T>
+BEV_AVX512 void accumulate_group(const Corners& c, const T* vbase, int64_t row_stride, int64_t s_begin, int64_t s_end,
                                  __mmask16 tail0, __mmask16 tail1, float* o) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
   const int64_t n = c.n;
@@ -99,9 +114,11 @@ BEV_AVX512 void accumulate_group(const Corners& c, const float* vbase, int64_t r
   const float* weight = c.weight;
   const auto corner = [&](int64_t i, __m512& a, __m512& b) __attribute__((always_inline)) BEV_AVX512 {
     const __m512 w = _mm512_set1_ps(weight[i]);
-    const float* v = vbase + static_cast<int64_t>(row[i]) * row_stride;
-    a = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(tail0, v), a);
-    if constexpr (kTwo) b = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(tail1, v + 16), b);
+    const T* v = vbase + static_cast<int64_t>(row[i]) * row_stride;
+    __m512 lo, hi;
+    load_row(v, tail0, kTwo ? tail1 : __mmask16(0), lo, hi);
+    a = _mm512_fmadd_ps(w, lo, a);
+    if constexpr (kTwo) b = _mm512_fmadd_ps(w, hi, b);
   };
   for (int64_t s = s_begin; s < s_end; ++s) {
     const int32_t m = c.mask[static_cast<size_t>(s)];
@@ -122,7 +139,8 @@ BEV_AVX512 void accumulate_group(const Corners& c, const float* vbase, int64_t r
 }
 
 // head_dim in groups of up to 32 columns (BEVFormer's head_dim is exactly one group).
-BEV_AVX512 void accumulate_head(const KernelArgs& p, const Corners& c, const float* vbase, int64_t s_begin, int64_t s_end, float* o) {
+template <typename T>
+BEV_AVX512 void accumulate_head(const KernelArgs& p, const Corners& c, const T* vbase, int64_t s_begin, int64_t s_end, float* o) {
   for (int64_t g = 0; g < p.hd; g += 32) {
     const int64_t cols = std::min<int64_t>(32, p.hd - g);
     if (cols > 16)
@@ -137,13 +155,14 @@ BEV_AVX512 void accumulate_head(const KernelArgs& p, const Corners& c, const flo
 // rows (four corners, up to eight heads, two map rows: dozens of short streams that each cross
 // a 4 KiB page every few queries), so without it nearly every corner of base's TSA waits on
 // DRAM. Corners outside the map hold row 0: a harmless prefetch.
-BEV_AVX512 void prefetch_rows(const KernelArgs& p, const Corners& c, const float* vbatch) {
-  const __m512i row_bytes = _mm512_set1_epi64(p.value_stride_row * static_cast<int64_t>(sizeof(float)));
-  const __m512i head_bytes = _mm512_set1_epi64(p.value_stride_h * static_cast<int64_t>(sizeof(float)));
+template <typename T>
+BEV_AVX512 void prefetch_rows(const KernelArgs& p, const Corners& c, const T* vbatch) {
+  const __m512i row_bytes = _mm512_set1_epi64(p.value_stride_row * static_cast<int64_t>(sizeof(T)));
+  const __m512i head_bytes = _mm512_set1_epi64(p.value_stride_h * static_cast<int64_t>(sizeof(T)));
   const __m512i base = _mm512_set1_epi64(static_cast<int64_t>(reinterpret_cast<uintptr_t>(vbatch)));
-  // A row of hd floats starting on a cache line spans hd*4/64 lines rounded up; otherwise one
-  // more may be needed (prefetching past the row is harmless: prefetches never fault).
-  const auto hd_bytes = p.hd * static_cast<int64_t>(sizeof(float));
+  // A row of hd values starting on a cache line spans hd*sizeof(T)/64 lines rounded up; otherwise
+  // one more may be needed (prefetching past the row is harmless: prefetches never fault).
+  const auto hd_bytes = p.hd * static_cast<int64_t>(sizeof(T));
   const int64_t span = p.rows_line_aligned ? hd_bytes : hd_bytes + 63;
   alignas(64) int64_t addr[8];
   for (int64_t s0 = 0; s0 < p.samples; s0 += 8) {
@@ -172,14 +191,14 @@ BEV_AVX512 inline void prefetch_samples(const KernelArgs& p, int64_t bq) {
   for (int64_t off = 0; off < p.samples * 4; off += 64) _mm_prefetch(attn + off, _MM_HINT_T0);
 }
 
-}  // namespace
-
 // With KernelArgs::prefetch the loop runs one query ahead: query bq+1 is prepared into the other
 // Corners and its rows prefetched before query bq accumulates. Prefetching at every shape was
 // tried: at tiny's shapes, whose maps sit in L2/L3, its instructions cost more than the stalls
 // they hide (bench_msda, 2 threads: tiny SCA 0.53 -> 0.93 ms, tiny TSA 0.70 -> 1.08; an earlier
 // try measured only tiny TSA and dropped prefetching altogether).
-BEV_AVX512 void run_avx512(const KernelArgs& p, Corners& scratch, Corners& next_scratch, int64_t begin, int64_t end) {
+template <typename T>
+BEV_AVX512 void run_typed(const KernelArgs& p, const T* value, Corners& scratch, Corners& next_scratch, int64_t begin,
+                          int64_t end) {
   // Local copies of the pointers: the vector stores below may alias anything the compiler can
   // reach through a reference, which would reload them after every store.
   Corners c = scratch, next = next_scratch;
@@ -195,14 +214,23 @@ BEV_AVX512 void run_avx512(const KernelArgs& p, Corners& scratch, Corners& next_
     } else if (bq + 1 < end) {
       if (bq + 2 < end) prefetch_samples(p, bq + 2);
       prepare(bq + 1, next);
-      prefetch_rows(p, next, p.value + (bq + 1) / p.lq * p.value_stride_b);
+      prefetch_rows(p, next, value + (bq + 1) / p.lq * p.value_stride_b);
     }
     for (int64_t h = 0; h < p.heads; ++h) {
-      const float* vbase = p.value + b * p.value_stride_b + h * p.value_stride_h;
+      const T* vbase = value + b * p.value_stride_b + h * p.value_stride_h;
       accumulate_head(p, c, vbase, h * per_head, (h + 1) * per_head, p.out + (bq * p.heads + h) * p.hd);
     }
     if (p.prefetch) std::swap(c, next);
   }
+}
+
+}  // namespace
+
+BEV_AVX512 void run_avx512(const KernelArgs& p, Corners& scratch, Corners& next_scratch, int64_t begin, int64_t end) {
+  if (p.value_bf16)
+    run_typed(p, p.value_bf16, scratch, next_scratch, begin, end);
+  else
+    run_typed(p, p.value, scratch, next_scratch, begin, end);
 }
 
 }  // namespace bev::cpu::msda_detail

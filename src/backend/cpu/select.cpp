@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/kernel_check.h"
+#include "core/half.h"
 
 namespace bev::cpu {
 namespace {
@@ -16,6 +17,36 @@ void expect(const char* op, const Tensor& t, const char* what, DType dtype, cons
   if (!t.defined() || t.dtype() != dtype || t.device() != Device::kCpu || t.shape() != shape || !t.is_contiguous()) {
     bad_tensor(op, t, what, std::string("contiguous host ") + dtype_name(dtype) + shape_str(shape));
   }
+}
+
+// Whether two contiguous tensors share any byte.
+bool overlaps(const Tensor& a, const Tensor& b) {
+  const auto* a0 = static_cast<const char*>(a.raw_data());
+  const auto* b0 = static_cast<const char*>(b.raw_data());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+// Whether a copy may write `to` from `from`: the same dtype, or f32 rounded into bf16.
+bool copies_into(DType from, DType to) { return from == to || (from == DType::kF32 && to == DType::kBF16); }
+
+// n elements from src (dtype `from`) to dst (dtype `to`, copies_into(from, to)): moved as bytes, or
+// rounded f32 -> bf16 to nearest even 16 lanes at a time.
+void copy_elements(char* dst, DType to, const char* src, DType from, size_t n) {
+  if (from == to) {
+    std::memmove(dst, src, n * dtype_size(from));
+  } else {
+    float_to_bf16_n(reinterpret_cast<const float*>(src), reinterpret_cast<uint16_t*>(dst), n);
+  }
+}
+
+// Splits [0, n) over the pool when there is enough to split (memory-bound copies: chunks of at
+// least `grain`).
+template <typename Fn>
+void split(ThreadPool* pool, int64_t n, int64_t grain, const Fn& fn) {
+  if (pool == nullptr || pool->size() == 1 || n <= grain)
+    fn(int64_t{0}, n);
+  else
+    pool->parallel_for(n, grain, fn);
 }
 
 bool is_contiguous_host(const Tensor& t) {
@@ -182,25 +213,32 @@ void topk(const Tensor& scores, int64_t k, Tensor& values, Tensor& indices) {
   for (int64_t i = 0; i < k; ++i) vp[i] = s[ip[i]];
 }
 
-void gather_rows(const Tensor& src, const Tensor& idx, Tensor& dst) {
+void gather_rows(const Tensor& src, const Tensor& idx, Tensor& dst, ThreadPool* pool) {
   const char* op = "gather_rows";
   expect_contiguous(op, src, "src", "[N, ...]");
   const int64_t m = idx.defined() && idx.dim() == 1 ? idx.size(0) : -1;
   if (m < 0) bad_tensor(op, idx, "idx", "contiguous host i64 [M]");
   Shape want = src.shape();
   want[0] = m;
-  expect(op, dst, "dst", src.dtype(), want);
+  const DType to = dst.defined() && copies_into(src.dtype(), dst.dtype()) ? dst.dtype() : src.dtype();
+  expect(op, dst, "dst", to, want);
+  if (to != src.dtype() && overlaps(src, dst)) bad_tensor(op, dst, "dst", "memory disjoint from src");
   const int64_t* ip = checked_indices(op, idx, m, src.size(0));
-  const size_t row_bytes = static_cast<size_t>(src.size(0) ? src.numel() / src.size(0) : 0) * dtype_size(src.dtype());
+  const auto width = static_cast<size_t>(src.size(0) ? src.numel() / src.size(0) : 0);
+  const size_t src_row = width * dtype_size(src.dtype()), dst_row = width * dtype_size(to);
   const auto* sp = static_cast<const char*>(src.raw_data());
   auto* dp = static_cast<char*>(dst.raw_data());
-  for (int64_t i = 0; i < m; ++i) {
-    if (ip[i] < 0) {
-      std::memset(dp + i * row_bytes, 0, row_bytes);  // padding: all-zero bytes, 0 in every dtype
-    } else {
-      std::memmove(dp + i * row_bytes, sp + ip[i] * row_bytes, row_bytes);
-    }
-  }
+  // Rows in place (src == dst, the same indices) would race across threads: one thread then.
+  split(overlaps(src, dst) ? nullptr : pool, m, std::max<int64_t>(1, int64_t{1 << 16} / static_cast<int64_t>(width + 1)),
+        [&](int64_t i0, int64_t i1) {
+          for (int64_t i = i0; i < i1; ++i) {
+            if (ip[i] < 0) {
+              std::memset(dp + i * dst_row, 0, dst_row);  // padding: all-zero bytes, 0 in every dtype
+            } else {
+              copy_elements(dp + i * dst_row, to, sp + ip[i] * src_row, src.dtype(), width);
+            }
+          }
+        });
 }
 
 void gather_rows_multi(std::span<const Tensor> srcs, const Tensor& idx, Tensor& dst) {
@@ -258,7 +296,7 @@ void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& dst) {
   }
 }
 
-void concat(std::span<const Tensor> inputs, int64_t axis, Tensor& dst) {
+void concat(std::span<const Tensor> inputs, int64_t axis, Tensor& dst, ThreadPool* pool) {
   const char* op = "concat";
   if (inputs.empty()) throw Error(ErrorKind::kInvalidInput, "no inputs").where(op).expected("at least one tensor");
   const Tensor& first = inputs[0];
@@ -286,18 +324,37 @@ void concat(std::span<const Tensor> inputs, int64_t axis, Tensor& dst) {
     }
   }
   for (const Tensor& t : inputs) want[static_cast<size_t>(ax)] += t.size(ax);
-  expect(op, dst, "dst", first.dtype(), want);
+  const DType from = first.dtype();
+  const DType to = dst.defined() && copies_into(from, dst.dtype()) ? dst.dtype() : from;
+  expect(op, dst, "dst", to, want);
+  if (to != from) {
+    for (const Tensor& t : inputs)
+      if (overlaps(t, dst)) bad_tensor(op, dst, "dst", "memory disjoint from every input");
+  }
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < ax; ++d) outer *= want[static_cast<size_t>(d)];
   for (int64_t d = ax + 1; d < rank; ++d) inner *= want[static_cast<size_t>(d)];
-  const size_t es = dtype_size(first.dtype());
-  const size_t dst_row = static_cast<size_t>(want[static_cast<size_t>(ax)] * inner) * es;
+  const size_t in_es = dtype_size(from), out_es = dtype_size(to);
+  const auto dst_row = static_cast<size_t>(want[static_cast<size_t>(ax)] * inner);  // elements
   auto* dp = static_cast<char*>(dst.raw_data());
-  size_t at = 0;
+  size_t at = 0;  // elements into a dst row
   for (const Tensor& t : inputs) {
-    const size_t row = static_cast<size_t>(t.size(ax) * inner) * es;
+    const auto row = static_cast<size_t>(t.size(ax) * inner);
     const auto* sp = static_cast<const char*>(t.raw_data());
-    for (int64_t o = 0; o < outer && row > 0; ++o) std::memmove(dp + o * dst_row + at, sp + o * row, row);
+    if (row > 0) {
+      // outer rows of `row` elements, or (axis 0, outer 1) one block split into 64K-element pieces.
+      const auto piece = static_cast<int64_t>(outer > 1 ? row : std::min<size_t>(row, size_t{1} << 16));
+      const int64_t pieces_per_row = (static_cast<int64_t>(row) + piece - 1) / piece;
+      split(pool, outer * pieces_per_row, std::max<int64_t>(1, int64_t{1 << 16} / piece), [&](int64_t k0, int64_t k1) {
+        for (int64_t k = k0; k < k1; ++k) {
+          const int64_t o = k / pieces_per_row, first_el = k % pieces_per_row * piece;
+          const int64_t n = std::min<int64_t>(piece, static_cast<int64_t>(row) - first_el);
+          copy_elements(dp + (static_cast<size_t>(o) * dst_row + at + static_cast<size_t>(first_el)) * out_es, to,
+                        sp + (static_cast<size_t>(o) * row + static_cast<size_t>(first_el)) * in_es, from,
+                        static_cast<size_t>(n));
+        }
+      });
+    }
     at += row;
   }
 }

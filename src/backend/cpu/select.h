@@ -20,8 +20,10 @@ void topk(const Tensor& scores, int64_t k, Tensor& values, Tensor& indices);
 // dst[m, :] = src[idx[m], :], or a row of zeros (all-zero bytes) where idx[m] = -1: padding,
 // e.g. the empty slots of SCA's per-camera query lists. src [N, C] and dst [M, C] contiguous,
 // any (same) dtype; idx [M] i64. Every index is checked to be -1 or in [0, N) before anything
-// is written, so a bad index (< -1 or >= N) throws and leaves dst untouched.
-void gather_rows(const Tensor& src, const Tensor& idx, Tensor& dst);
+// is written, so a bad index (< -1 or >= N) throws and leaves dst untouched. dst may instead be
+// bf16 for an f32 src (rows rounded to nearest even; then disjoint from src). Rows split over
+// `pool`.
+void gather_rows(const Tensor& src, const Tensor& idx, Tensor& dst, ThreadPool* pool = nullptr);
 
 // dst[m, :] = srcs[s][r, :] for idx[m] = gather_multi_index(s, r), or a row of zeros for -1. Every
 // source [N_s, C] and dst [M, C] contiguous, one dtype; idx [M] i64. Every index is checked (a
@@ -34,8 +36,10 @@ void gather_rows_multi(std::span<const Tensor> srcs, const Tensor& idx, Tensor& 
 void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& dst);
 
 // Concatenation of contiguous tensors of one dtype along `axis` (negative counts from the
-// end); they agree on every other extent; dst contiguous with the summed extent.
-void concat(std::span<const Tensor> inputs, int64_t axis, Tensor& dst);
+// end); they agree on every other extent; dst contiguous with the summed extent, of their dtype
+// or bf16 for f32 inputs (rounded to nearest even; then disjoint from every input). Split over
+// `pool`.
+void concat(std::span<const Tensor> inputs, int64_t axis, Tensor& dst, ThreadPool* pool = nullptr);
 
 // dst (contiguous, same shape and dtype) = src, an arbitrary strided view of any rank, e.g.
 // x.permute({0, 3, 1, 2}) for NHWC -> NCHW. Transposing views are copied in square blocks,
