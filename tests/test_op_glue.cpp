@@ -321,6 +321,7 @@ TEST(SamplingLocations, MatchesUpstreamFormulaBitForBit) {
       {1001, 2, {{100, 200}, {50, 3}}, 6, 2, true, 2, 1.0f},               // threaded over M
       {5, 8, {{200, 200}, {100, 100}, {50, 50}, {25, 25}}, 4, 1, false, 2, 1e6f},  // huge offsets
       {19, 5, {{31, 7}, {3, 29}}, 12, 4, true, 3, 3e4f},
+      {7, 2, {{13, 17}, {7, 9}, {3, 3}}, 50, 5, true, 2, 1.0f},  // 300 values a head: past the kernel's block
   };
   for (const LocCase& c : cases) {
     const auto l_len = static_cast<int64_t>(c.levels.size());

@@ -568,6 +568,18 @@ TEST(Concat, ThreadedAndIntoBf16) {
   EXPECT_THROW(concat(parts, 0, over_concat, &pool), Error);
 }
 
+// zeros split over threads clears every byte, odd sizes included.
+TEST(Elementwise, ThreadedZerosClearEveryByte) {
+  ThreadPool pool(3);
+  for (const int64_t bytes : {int64_t{1}, int64_t{(1 << 20) + 13}, int64_t{5 << 20}}) {
+    Tensor y = Tensor::empty({bytes}, DType::kU8);
+    std::memset(y.raw_data(), 0xAB, static_cast<size_t>(bytes));
+    zeros(y, &pool);
+    const auto* p = static_cast<const uint8_t*>(y.raw_data());
+    EXPECT_EQ(std::count(p, p + bytes, uint8_t{0}), bytes) << bytes << " bytes";
+  }
+}
+
 // Element i of `view` through its strides, for any rank.
 template <typename T>
 T at_index(const Tensor& view, int64_t flat) {

@@ -80,14 +80,50 @@ void sampling_locations(const Tensor& offsets, const Tensor& reference,
   const float* offp = offsets.data<float>();
   const float* rp = reference.data<float>();
   float* yp = out.data<float>();
-  const int64_t row = heads * levels * points * 2;
+  const int64_t per_head = levels * points * 2, row = heads * per_head;
+  // Every head of a row m shares one pattern over its (level, point, xy) block: divisors (W_l, H_l)
+  // and reference points. Built once per row (the divisors once per call), the heads' blocks are
+  // then y = ref + offset / divisor elementwise, which the compiler vectorizes: true division and
+  // the same two roundings as the scalar form (divide, then add; nothing to contract into an FMA),
+  // so the bits are unchanged. Scalar divisions bounded it before: `test_backend_ops --perf`, base,
+  // 2 threads, AMX Xeon: SCA 22.6 -> 10.5 ms, TSA 4.6 -> 2.3 ms. Blocks wider than the stack
+  // patterns (never in BEVFormer: SCA's is 4 levels x 8 points x 2 = 64) go point by point.
+  constexpr int64_t kMaxBlock = 256;
+  const bool blocked = per_head <= kMaxBlock;
+  float divisor[kMaxBlock];
+  if (blocked) {
+    for (int64_t l = 0; l < levels; ++l) {
+      // The divisors as float, as PyTorch converts the int64 offset_normalizer in f32 / i64.
+      const float w = static_cast<float>(spatial_shapes[static_cast<size_t>(l)].second);
+      const float hh = static_cast<float>(spatial_shapes[static_cast<size_t>(l)].first);
+      for (int64_t p = 0; p < points; ++p) {
+        divisor[(l * points + p) * 2] = w;
+        divisor[(l * points + p) * 2 + 1] = hh;
+      }
+    }
+  }
   for_rows(pool, m_len, row, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {
       const float* ref_m = rp + m * lr * r_len * d_len;
+      if (blocked) {
+        float ref_row[kMaxBlock];
+        for (int64_t l = 0; l < levels; ++l) {
+          const float* ref_l = ref_m + (lr == 1 ? 0 : l) * r_len * d_len;
+          for (int64_t p = 0; p < points; ++p) {
+            ref_row[(l * points + p) * 2] = ref_l[(p % r_len) * d_len];
+            ref_row[(l * points + p) * 2 + 1] = ref_l[(p % r_len) * d_len + 1];
+          }
+        }
+        for (int64_t h = 0; h < heads; ++h) {
+          const float* o = offp + m * row + h * per_head;
+          float* y = yp + m * row + h * per_head;  // may be o (in place): elementwise, so fine
+          for (int64_t i = 0; i < per_head; ++i) y[i] = ref_row[i] + o[i] / divisor[i];
+        }
+        continue;
+      }
       for (int64_t h = 0; h < heads; ++h) {
         for (int64_t l = 0; l < levels; ++l) {
           const float* ref_l = ref_m + (lr == 1 ? 0 : l) * r_len * d_len;
-          // The divisors as float, as PyTorch converts the int64 offset_normalizer in f32 / i64.
           const float w = static_cast<float>(spatial_shapes[static_cast<size_t>(l)].second);
           const float hh = static_cast<float>(spatial_shapes[static_cast<size_t>(l)].first);
           const int64_t base = ((m * heads + h) * levels + l) * points * 2;

@@ -183,7 +183,7 @@ class CpuBackend final : public Backend {
       }
       case OpKind::zeros: {
         Tensor y = out;
-        cpu::zeros(y);
+        cpu::zeros(y, &pool_);
         return;
       }
       case OpKind::add_rows: {

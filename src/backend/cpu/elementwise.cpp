@@ -542,11 +542,18 @@ void mul(const Tensor& a, const Tensor& b, Tensor& y, ThreadPool* pool) {
   binary("mul", a, b, y, pool, [](float u, float v) { return u * v; });
 }
 
-void zeros(Tensor& y) {
+void zeros(Tensor& y, ThreadPool* pool) {
   if (!y.defined() || y.device() != Device::kCpu || !y.is_contiguous()) {
     bad_tensor("zeros", y, "output y", "a contiguous host tensor");
   }
-  if (y.nbytes() > 0) std::memset(y.raw_data(), 0, y.nbytes());
+  auto* p = static_cast<char*>(y.raw_data());
+  const auto bytes = static_cast<int64_t>(y.nbytes());
+  if (bytes == 0) return;
+  constexpr int64_t kPiece = int64_t{1} << 18;  // 256 KiB per chunk
+  for_rows(pool, (bytes + kPiece - 1) / kPiece, 4, [&](int64_t k0, int64_t k1) {
+    const int64_t b0 = k0 * kPiece, b1 = std::min(bytes, k1 * kPiece);
+    std::memset(p + b0, 0, static_cast<size_t>(b1 - b0));
+  });
 }
 
 void add_rows(const Tensor& a, const Tensor& row, Tensor& y, ThreadPool* pool) {

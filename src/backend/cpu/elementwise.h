@@ -62,7 +62,7 @@ void mul(const Tensor& a, const Tensor& b, Tensor& y, ThreadPool* pool = nullptr
 void count_nonfinite(const Tensor& x, Tensor& out, ThreadPool* pool = nullptr);
 
 // y = 0 (all bytes zero, so 0.0f for f32); any dtype, contiguous host.
-void zeros(Tensor& y);
+void zeros(Tensor& y, ThreadPool* pool = nullptr);  // split over `pool` in 256 KiB pieces
 
 // y[m, :] = a[m, :] + row[:] (a viewed as [M, C], row [C]), y f32 (which may be a) or bf16 (the
 // f32 sum rounded to nearest even; disjoint from a).

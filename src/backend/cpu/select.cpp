@@ -288,6 +288,8 @@ void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& dst) {
   const int64_t* ip = checked_indices(op, idx, m, dst.size(0));
   const float* sp = src.data<float>();
   float* dp = dst.data<float>();
+  // Serial: split over 2 threads by columns it measured no faster (base SCA, 6.1 against 6.2 ms:
+  // it already streams at the machine's copy bandwidth).
   for (int64_t i = 0; i < m; ++i) {
     if (ip[i] < 0) continue;  // padding
     float* d = dp + ip[i] * c;
