@@ -36,7 +36,7 @@ python3 scripts/skipped_tests.py build  # ctest says only "Skipped"; each test's
 # there were two trees, GCC -O0 for the tests and clang -O2 for the fuzzers: on the AMX Xeon
 # 495 + 223 s of build and 426 s of tests, against about 470 s of build and 185 s of tests here.
 # Our OpenMP code links LLVM's libomp in this tree (GCC's libgomp in the release build, whose
-# tests cover it); scripts/lsan.supp holds libomp's leak at exit.
+# tests cover it); scripts/lsan.supp holds libomp's leak at exit (test_core only).
 if [ "${SKIP_ASAN:-0}" != 1 ] || [ "${SKIP_FUZZ:-0}" != 1 ]; then
   step "build (ASan+UBSan and libFuzzer, clang -O1, CPU only)"
   # A build-asan of GCC's (before 2026-12-04) cannot switch compilers in place.
@@ -54,7 +54,7 @@ if [ "${SKIP_ASAN:-0}" != 1 ]; then
   step "tests (ASan+UBSan)"
   echo "python: the package is not built under ASan (an ASan extension needs libasan preloaded into python3); the release tests ran it"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    LSAN_OPTIONS=suppressions=$PWD/scripts/lsan.supp ctest --test-dir build-asan --output-on-failure -j"$(nproc)" --timeout 900 -LE slow | tee build-asan/ctest-output.log
+    ctest --test-dir build-asan --output-on-failure -j"$(nproc)" --timeout 900 -LE slow | tee build-asan/ctest-output.log
   python3 scripts/skipped_tests.py build-asan
 fi
 

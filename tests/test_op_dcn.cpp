@@ -260,6 +260,45 @@ TEST(DeformConv2d, Bf16ColumnsMatchTheRoundedSpec) {
   }
 }
 
+// The fused ReLU (and, in bf16 precision, the bf16 output the next conv reads) are the unfused
+// forms' bits: relu(y) in f32, and relu(y) rounded to nearest even in bf16, including the padded
+// last tile (a budget of 200 rows: tiles of 128, the last 119 rows padded to 128).
+TEST(DeformConv2d, FusedReluAndBf16OutputAreTheUnfusedBits) {
+  const Case c{1, 15, 25, 24, 40, 3, 3, 1, 1, 1, true, size_t{9 * 24 * 2 * 200}};
+  std::mt19937 rng(31);
+  const Tensor x = random_tensor({c.n, c.h, c.w, c.cin}, rng, -1.0f, 1.0f);
+  const Tensor w = random_tensor({c.cout, c.cin, c.kh, c.kw}, rng, -0.5f, 0.5f);
+  const Tensor b = random_tensor({c.cout}, rng, -1.0f, 1.0f);
+  ThreadPool pool(2);
+  for (const Precision p : {Precision::kF32, Precision::kBF16}) {
+    const DeformConv2d plain(w, &b, 1, 1, 1, c.col_budget, p);
+    const DeformConv2d fused(w, &b, 1, 1, 1, c.col_budget, p, /*relu=*/true);
+    const Shape ys = plain.output_shape(x.shape());
+    const Tensor om = make_offset_mask(c, ys[1], ys[2], rng);
+    Tensor y = Tensor::empty(ys, DType::kF32), yr = Tensor::empty(ys, DType::kF32);
+    plain.run(x, om, y, pool);
+    fused.run(x, om, yr, pool);
+    Tensor want = y.clone();
+    int64_t negatives = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      float& v = want.data<float>()[i];
+      negatives += v < 0;
+      v = std::max(v, 0.0f);
+    }
+    ASSERT_GT(negatives, want.numel() / 4) << "a ReLU with little to clip";
+    EXPECT_EQ(std::memcmp(yr.raw_data(), want.raw_data(), want.nbytes()), 0) << precision_name(p);
+    if (p == Precision::kBF16) {
+      Tensor y16 = Tensor::empty(ys, DType::kBF16);
+      fused.run(x, om, y16, pool);
+      const Tensor want16 = want.to(DType::kBF16);
+      EXPECT_EQ(std::memcmp(y16.raw_data(), want16.raw_data(), want16.nbytes()), 0);
+    } else {
+      Tensor y16 = Tensor::empty(ys, DType::kBF16);
+      EXPECT_THROW(fused.run(x, om, y16, pool), Error);  // bf16 output needs bf16 precision
+    }
+  }
+}
+
 TEST(DeformConv2d, BaseWidthAgainstReference) {
   // layer3's width (256 -> 256, 3x3) on a small map; the optimized path vs the plain-loop spec.
   std::mt19937 rng(7);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <random>
 #include <set>
 #include <thread>
@@ -210,6 +211,53 @@ TEST(Ops, ShapeErrorsNameTheOpAndExpectation) {
   EXPECT_THROW(ops.add(random({2, 3}, 1), random({3, 2}, 2)), Error);
   EXPECT_THROW(ops.relu(random({3, 4}, 1).permute({1, 0})), Error);  // strided views are refused
   EXPECT_THROW(ops.topk(random({5}, 1), 6), Error);
+}
+
+// Compact bf16 activations (model/attention.h) exist only in bf16 precision: in f32 every op
+// refuses a bf16 input or a requested bf16 output, naming what it expected; in bf16 the same
+// calls run. Copies into bf16 take f32 only.
+TEST(Ops, Bf16ActivationsOnlyInBf16Precision) {
+  for (const Precision p : {Precision::kF32, Precision::kBF16}) {
+    auto backend = make_cpu_backend(1, p);
+    Ops ops(*backend);
+    const bool ok = p == Precision::kBF16;
+    const PreparedWeights fc = ops.prepare_linear(random({4, 3}, 1), nullptr, {});
+    const PreparedWeights dcn = ops.prepare_deform_conv2d(random({5, 3, 3, 3}, 2, 0.2f), nullptr, {.relu = true});
+    const Tensor x = random({5, 3}, 3), x16 = x.to(DType::kBF16);
+    const auto expect = [&](const char* what, const std::function<void()>& call) {
+      if (ok) {
+        EXPECT_NO_THROW(call()) << what;
+        return;
+      }
+      try {
+        call();
+        ADD_FAILURE() << what << ": no error in f32 precision";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput) << what;
+        EXPECT_NE(std::string(e.what()).find("bf16 needs bf16 precision"), std::string::npos) << e.what();
+      }
+    };
+    expect("linear, bf16 x", [&] { ops.linear(x16, fc, "fc"); });
+    expect("linear, bf16 y", [&] { ops.linear(x, fc, "fc", DType::kBF16); });
+    expect("add_rows, bf16 y", [&] { ops.add_rows(x, random({3}, 4), "rows", DType::kBF16); });
+    expect("deform_conv2d, bf16 y", [&] {
+      ops.deform_conv2d(random({1, 4, 4, 3}, 5), random({1, 4, 4, 27}, 6, 0.1f), dcn, "dcn", DType::kBF16);
+    });
+    const auto copy_refused = [&](const char* what, const std::function<void()>& call) {
+      if (ok) {
+        EXPECT_NO_THROW(call()) << what;
+      } else {
+        EXPECT_THROW(call(), Error) << what;
+      }
+    };
+    copy_refused("concat into bf16", [&] { ops.concat({x, x}, 0, "cat", DType::kBF16); });
+    copy_refused("gather_rows into bf16", [&] { ops.gather_rows(x, index_tensor({1, -1}), "g", DType::kBF16); });
+    // Only f32 rounds into bf16, at any precision; bf16 never widens.
+    EXPECT_THROW(ops.concat({x16, x16}, 0, "cat", DType::kF32), Error);
+    EXPECT_THROW(ops.gather_rows(index_tensor({1, 2}).reshape({2, 1}), index_tensor({0}), "g", DType::kBF16), Error);
+    const Tensor loc = random({1, 2, 1, 1, 1, 2}, 7), w = random({1, 2, 1, 1, 1}, 8);
+    EXPECT_THROW(ops.msda(index_tensor({1, 2, 3, 4}).reshape({1, 4, 1, 1}), loc, w, {{{2, 2}}, {0}}, "msda"), Error);
+  }
 }
 
 }  // namespace

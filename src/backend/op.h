@@ -116,6 +116,7 @@ bool bottleneck_attrs_fusable(const Conv2dAttrs& conv1, const Conv2dAttrs& conv2
 
 struct DeformConv2dAttrs {
   int stride = 1, pad = 1, dilation = 1;
+  bool relu = false;  // y = relu(deform_conv(x) + bias), fused into the output
 };
 
 struct LinearAttrs {

@@ -304,7 +304,8 @@ Tensor Ops::bottleneck(const Tensor& x, const PreparedWeights& block, DType out,
   return emit(std::move(n));
 }
 
-Tensor Ops::deform_conv2d(const Tensor& x, const Tensor& offset_mask, const PreparedWeights& w, std::string label) {
+Tensor Ops::deform_conv2d(const Tensor& x, const Tensor& offset_mask, const PreparedWeights& w, std::string label,
+                          DType out) {
   expect_rank("deform_conv2d", label, "input", x, 4);
   expect_rank("deform_conv2d", label, "offset_mask", offset_mask, 4);
   expect_prepared_by("deform_conv2d", label, w, backend_);
@@ -320,7 +321,8 @@ Tensor Ops::deform_conv2d(const Tensor& x, const Tensor& offset_mask, const Prep
   if (offset_mask.shape() != om) {
     shape_error("deform_conv2d", label, "offset_mask is " + offset_mask.describe(), "f32" + shape_str(om));
   }
-  OpNode n{OpKind::deform_conv2d, std::move(label), w.attrs, {x, offset_mask}, {output({x.size(0), ho, wo, ws[0]})},
+  expect_float_dtype("deform_conv2d", label, "requested output", out);
+  OpNode n{OpKind::deform_conv2d, std::move(label), w.attrs, {x, offset_mask}, {output({x.size(0), ho, wo, ws[0]}, out)},
            w.state};
   n.weight_shape = ws;
   return emit(std::move(n));
@@ -350,13 +352,8 @@ Tensor Ops::linear(const Tensor& x, const PreparedWeights& w, std::string label,
     shape_error("linear", label, "input " + x.describe() + " for weight " + shape_str(w.weight_shape),
                 "[..., " + std::to_string(in) + "]");
   }
-  const bool bf16 = backend_.precision() == Precision::kBF16;
-  if (!(x.dtype() == DType::kF32 || (bf16 && x.dtype() == DType::kBF16)))
-    shape_error("linear", label, "input is " + x.describe(), bf16 ? "f32 or bf16" : "f32 (bf16 needs bf16 precision)");
-  if (!(out == DType::kF32 || (bf16 && out == DType::kBF16))) {
-    shape_error("linear", label, std::string("output dtype ") + dtype_name(out) + " requested",
-                bf16 ? "f32 or bf16" : "f32 (bf16 needs bf16 precision)");
-  }
+  expect_float_dtype("linear", label, "input", x.dtype());
+  expect_float_dtype("linear", label, "requested output", out);
   Shape ys = x.shape();
   ys.back() = out_features;
   OpNode n{OpKind::linear, std::move(label), w.attrs, {x}, {output(ys, out)}, w.state};
@@ -440,11 +437,7 @@ Tensor Ops::add_rows(const Tensor& a, const Tensor& row, std::string label, DTyp
   if (row.shape() != Shape{a.size(-1)}) {
     shape_error("add_rows", label, "row " + row.describe() + " for " + a.describe(), "[" + std::to_string(a.size(-1)) + "]");
   }
-  const bool bf16 = backend_.precision() == Precision::kBF16;
-  if (!(out == DType::kF32 || (bf16 && out == DType::kBF16))) {
-    shape_error("add_rows", label, std::string("output dtype ") + dtype_name(out) + " requested",
-                bf16 ? "f32 or bf16" : "f32 (bf16 needs bf16 precision)");
-  }
+  expect_float_dtype("add_rows", label, "requested output", out);
   return emit({OpKind::add_rows, std::move(label), {}, {a, row}, {output(a.shape(), out)}, nullptr});
 }
 
@@ -516,6 +509,13 @@ std::pair<Tensor, Tensor> Ops::topk(const Tensor& scores, int64_t k, std::string
   Tensor indices = n.outputs[1];
   Tensor values = emit(std::move(n));
   return {values, indices};
+}
+
+void Ops::expect_float_dtype(const char* op, const std::string& label, const char* what, DType dtype) const {
+  const bool bf16 = backend_.precision() == Precision::kBF16;
+  if (!(dtype == DType::kF32 || (bf16 && dtype == DType::kBF16)))
+    shape_error(op, label, std::string(what) + " dtype " + dtype_name(dtype),
+                bf16 ? "f32 or bf16" : "f32 (bf16 needs bf16 precision)");
 }
 
 DType Ops::copy_dtype(const char* op, const std::string& label, DType from, std::optional<DType> out) const {

@@ -71,7 +71,9 @@ class Ops {
   // not be read afterwards): the sum post-op then adds in place instead of copying the residual
   // into a fresh output first (5-35% of a ResNet expand conv's time).
   Tensor conv2d_over_residual(const Tensor& x, const PreparedWeights& w, const Tensor& residual, std::string label);
-  Tensor deform_conv2d(const Tensor& x, const Tensor& offset_mask, const PreparedWeights& w, std::string label = {});
+  // `out`: y's dtype, bf16 only when the backend runs in bf16 (the next conv reads it).
+  Tensor deform_conv2d(const Tensor& x, const Tensor& offset_mask, const PreparedWeights& w, std::string label = {},
+                       DType out = DType::kF32);
   // The block y = relu(conv3(conv2(conv1(x))) + identity), identity = downsample(x) or x, as one
   // op: the backend may run it depth-first (the CPU does, in strips of rows: docs/PERF.md), with
   // the results of the convs run one by one. `out`: y's dtype. over_input: y is written over x
@@ -152,6 +154,8 @@ class Ops {
  private:
   Tensor output(const Shape& shape, DType dtype = DType::kF32);
   Tensor emit(OpNode node);  // runs (and records) the node; returns its first output
+  // f32, or bf16 when the backend runs in bf16; otherwise throws kInvalidInput naming `what`.
+  void expect_float_dtype(const char* op, const std::string& label, const char* what, DType dtype) const;
   // A copying op's output dtype (gather_rows, concat): `from`, or bf16 from f32 in bf16 precision.
   DType copy_dtype(const char* op, const std::string& label, DType from, std::optional<DType> out) const;
   PreparedWeights prepare(OpKind kind, OpAttrs attrs, const Tensor& weight, const Tensor* bias);

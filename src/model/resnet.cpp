@@ -51,7 +51,7 @@ BottleneckWeights load_bottleneck(Ops& ops, const WeightSource& w, const Backbon
     fold_batch_norm(w.get(p + ".conv2.weight"), nullptr, w.get(p + ".bn2.weight"), w.get(p + ".bn2.bias"),
                     w.get(p + ".bn2.running_mean"), w.get(p + ".bn2.running_var"), static_cast<float>(cfg.norm_eps),
                     &fw, &fb);
-    b.conv2 = ops.prepare_deform_conv2d(fw, &fb, {.stride = s2, .pad = 1, .dilation = 1});
+    b.conv2 = ops.prepare_deform_conv2d(fw, &fb, {.stride = s2, .pad = 1, .dilation = 1, .relu = true});
   } else {
     b.conv2 = load_conv_bn(ops, w, p + ".conv2", p + ".bn2", cfg.norm_eps, a2);
   }
@@ -83,7 +83,8 @@ Tensor bottleneck_forward(Ops& ops, const BottleneckWeights& b, const Tensor& x,
   Tensor out2;
   if (b.dcn) {
     const Tensor offset_mask = ops.conv2d(out1, b.conv2_offset, nullptr, p + ".conv2.conv_offset");
-    out2 = ops.relu(ops.deform_conv2d(out1, offset_mask, b.conv2, p + ".conv2"), p + ".relu2");
+    // ReLU fused into its matmul; in bf16 its output is bf16 (conv3 reads it), as conv2's is.
+    out2 = ops.deform_conv2d(out1, offset_mask, b.conv2, p + ".conv2", act);
   } else {
     out2 = ops.conv2d(out1, b.conv2, nullptr, p + ".conv2", act);
   }

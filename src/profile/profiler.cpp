@@ -224,8 +224,8 @@ double op_bytes(const OpNode& n, Precision precision) {
           4 * samples * static_cast<double>(n.inputs[0].size(3)) * static_cast<double>(dtype_size(n.inputs[0].dtype()));
       return corner_bytes + nbytes(n.inputs[1]) + nbytes(n.inputs[2]) + out;
     }
-    case OpKind::gather_rows:  // the index, the rows read, the rows written
-      return nbytes(n.inputs[1]) + 2 * out;
+    case OpKind::gather_rows:  // the index, the rows read (in src's dtype), the rows written
+      return nbytes(n.inputs[1]) + out + numel(n.outputs[0]) * static_cast<double>(dtype_size(n.inputs[0].dtype()));
     case OpKind::gather_rows_multi:  // inputs[0] is the index
       return nbytes(n.inputs[0]) + 2 * out;
     case OpKind::scatter_add_rows:  // src, index, and the destination rows read and written

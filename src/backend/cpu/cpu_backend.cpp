@@ -95,7 +95,7 @@ class CpuBackend final : public Backend {
       case OpKind::deform_conv2d: {
         const auto& a = std::get<DeformConv2dAttrs>(attrs);
         return std::make_shared<const cpu::DeformConv2d>(weight, bias, a.stride, a.pad, a.dilation,
-                                                         cpu::DeformConv2d::kDefaultColBudgetBytes, precision_);
+                                                         cpu::DeformConv2d::kDefaultColBudgetBytes, precision_, a.relu);
       }
       case OpKind::linear:
         return std::make_shared<const cpu::Linear>(weight, bias, std::get<LinearAttrs>(attrs).relu, precision_);

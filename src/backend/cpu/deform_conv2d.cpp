@@ -171,7 +171,8 @@ struct DeformConv2d::Impl {
   int64_t cout = 0, cin = 0, kh = 0, kw = 0;
   int stride = 1, pad = 0, dil = 1;
   size_t col_budget = 0;
-  bool bf16 = false;  // columns and weight in bf16, f32 accumulation and output
+  bool bf16 = false;  // columns and weight in bf16, f32 accumulation, f32 or bf16 output
+  bool relu = false;
   Tensor weight_kc;  // [kh*kw*Cin, Cout], f32 or bf16
   Tensor bias_1c;    // [1, Cout] or undefined
 
@@ -184,14 +185,14 @@ struct DeformConv2d::Impl {
   };
   mutable std::mutex mu;
   mutable Tensor scratch;
-  mutable Tensor tail_out;  // the padded last tile's output rows (see run)
-  mutable std::map<int64_t, Matmul> matmuls;
+  mutable Tensor tail_out;  // the padded last tile's output rows (see run), in y's dtype
+  mutable std::map<std::pair<int64_t, bool>, Matmul> matmuls;  // by rows and whether y is bf16
   // weight_kc reordered into the layouts the matmuls asked for (tag::any): packed weights are
   // what oneDNN's brgemm matmul runs fastest on; plain [K, Cout] made it repack them per call.
   mutable PackedWeights packed;  // its source: weight_kc as a plain [K, Cout] matrix
 
-  const Matmul& matmul_for(int64_t m) const {
-    auto it = matmuls.find(m);
+  const Matmul& matmul_for(int64_t m, bool bf16_out) const {
+    auto it = matmuls.find({m, bf16_out});
     if (it != matmuls.end()) return it->second;
     using dt = dnnl::memory::data_type;
     using tag = dnnl::memory::format_tag;
@@ -199,12 +200,17 @@ struct DeformConv2d::Impl {
     const dt operand = bf16 ? dt::bf16 : dt::f32;
     const dnnl::memory::desc src({m, k}, operand, tag::ab);
     const dnnl::memory::desc wei({k, cout}, operand, tag::any);
-    const dnnl::memory::desc dst({m, cout}, dt::f32, tag::ab);
+    const dnnl::memory::desc dst({m, cout}, bf16_out ? dt::bf16 : dt::f32, tag::ab);
     const dnnl::memory::desc bias({1, cout}, dt::f32, tag::ab);
     const dnnl::matmul::desc d =
         bias_1c.defined() ? dnnl::matmul::desc(src, wei, bias, dst) : dnnl::matmul::desc(src, wei, dst);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // owned here: nothing allocated per run
+    if (relu) {
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      attr.set_post_ops(ops);
+    }
     const dnnl::matmul::primitive_desc pd(d, attr, engine());
     Matmul mm{dnnl::matmul(pd),
               unbound(src),
@@ -212,15 +218,16 @@ struct DeformConv2d::Impl {
               bias_1c.defined() ? dnnl::memory(bias, engine(), bias_1c.raw_data()) : dnnl::memory(),
               unbound(dst),
               dnnl::memory(pd.scratchpad_desc(), engine())};
-    return matmuls.emplace(m, std::move(mm)).first->second;
+    return matmuls.emplace(std::make_pair(m, bf16_out), std::move(mm)).first->second;
   }
 };
 
 DeformConv2d::DeformConv2d(const Tensor& weight_oihw, const Tensor* bias, int stride, int pad, int dilation,
-                           size_t col_budget_bytes, Precision precision)
+                           size_t col_budget_bytes, Precision precision, bool relu)
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   s.bf16 = precision == Precision::kBF16;
+  s.relu = relu;
   if (!weight_oihw.defined() || weight_oihw.dtype() != DType::kF32 || weight_oihw.dim() != 4 ||
       weight_oihw.numel() == 0) {
     bad_tensor("deform_conv2d", weight_oihw, "weight", "f32 [Cout, Cin, kh, kw], non-empty");
@@ -296,7 +303,15 @@ void DeformConv2d::run(const Tensor& x, const Tensor& offset_mask, Tensor& y, Th
   expect_f32_shape("deform_conv2d", x, "input x", x.shape());
   const int64_t taps = s.kh * s.kw;
   expect_f32_shape("deform_conv2d", offset_mask, "offset_mask", {y_shape[0], y_shape[1], y_shape[2], 3 * taps});
-  expect_f32_shape("deform_conv2d", y, "output y", y_shape);
+  const bool bf16_out = s.bf16 && y.defined() && y.dtype() == DType::kBF16;
+  if (bf16_out) {
+    if (y.device() != Device::kCpu || !y.is_contiguous() || y.shape() != y_shape)
+      bad_tensor("deform_conv2d", y, "output y", "contiguous host f32 or bf16 " + shape_str(y_shape));
+  } else {
+    expect_f32_shape("deform_conv2d", y, "output y", y_shape);
+  }
+  const DType y_dtype = bf16_out ? DType::kBF16 : DType::kF32;
+  const size_t y_es = dtype_size(y_dtype);
   const Geometry g{x.size(0), x.size(1), x.size(2), s.cin, y_shape[1], y_shape[2], s.kh, s.kw, s.stride, s.pad, s.dil};
   const int64_t rows = g.n * g.ho * g.wo;
   if (rows == 0) return;
@@ -324,13 +339,14 @@ void DeformConv2d::run(const Tensor& x, const Tensor& offset_mask, Tensor& y, Th
   if (!s.scratch.defined() || s.scratch.dtype() != col_dtype || s.scratch.numel() < tile * row_len) {
     s.scratch = Tensor::empty({tile * row_len}, col_dtype);
   }
-  if (last_padded != last && (!s.tail_out.defined() || s.tail_out.numel() < last_padded * s.cout)) {
-    s.tail_out = Tensor::empty({last_padded * s.cout}, DType::kF32);
+  if (last_padded != last &&
+      (!s.tail_out.defined() || s.tail_out.dtype() != y_dtype || s.tail_out.numel() < last_padded * s.cout)) {
+    s.tail_out = Tensor::empty({last_padded * s.cout}, y_dtype);
   }
   const float* xp = x.data<float>();
   const float* om = offset_mask.data<float>();
   void* col = s.scratch.raw_data();
-  float* yp = y.data<float>();
+  auto* yp = static_cast<char*>(y.raw_data());
   try {
     dnnl::stream& st = stream();
     for (int64_t p0 = 0; p0 < rows; p0 += tile) {
@@ -347,9 +363,9 @@ void DeformConv2d::run(const Tensor& x, const Tensor& offset_mask, Tensor& y, Th
         std::memset(static_cast<char*>(col) + m * row_len * dtype_size(col_dtype), 0,
                     static_cast<size_t>((last_padded - m) * row_len) * dtype_size(col_dtype));
       }
-      const Impl::Matmul& mm = s.matmul_for(padded ? last_padded : m);
+      const Impl::Matmul& mm = s.matmul_for(padded ? last_padded : m, bf16_out);
       bind(mm.src, col);
-      bind(mm.dst, padded ? s.tail_out.data<float>() : yp + p0 * s.cout);
+      bind(mm.dst, padded ? s.tail_out.raw_data() : yp + static_cast<size_t>(p0 * s.cout) * y_es);
       const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, mm.src.get()},
                                       {DNNL_ARG_WEIGHTS, mm.weights.get()},
                                       {DNNL_ARG_DST, mm.dst.get()},
@@ -357,7 +373,7 @@ void DeformConv2d::run(const Tensor& x, const Tensor& offset_mask, Tensor& y, Th
                                       {DNNL_ARG_BIAS, mm.bias ? mm.bias.get() : nullptr}};
       execute(mm.prim, st, std::span(args, mm.bias ? 5 : 4));
       st.wait();
-      if (padded) std::memcpy(yp + p0 * s.cout, s.tail_out.data<float>(), static_cast<size_t>(m * s.cout) * sizeof(float));
+      if (padded) std::memcpy(yp + static_cast<size_t>(p0 * s.cout) * y_es, s.tail_out.raw_data(), static_cast<size_t>(m * s.cout) * y_es);
     }
   } catch (const dnnl::error& e) {
     throw Error(ErrorKind::kInternal, std::string("oneDNN matmul failed: ") + e.what()).where("deform_conv2d");

@@ -28,9 +28,11 @@ class DeformConv2d {
   // weight_oihw [Cout, Cin, kh, kw] f32; bias [Cout] f32 or nullptr. The weight is reordered
   // once to [kh*kw*Cin, Cout] (row = tap*Cin + cin); the tensors are not kept.
   // precision kBF16: the column tile and the weight in bf16 (samples rounded once, as a bf16
-  // convolution rounds its input), accumulated and written in f32 by a bf16 oneDNN matmul.
+  // convolution rounds its input), accumulated in f32 by a bf16 oneDNN matmul and written in f32
+  // or bf16 (y's dtype). relu: y = max(0, ...), applied by the matmul before y is written.
   DeformConv2d(const Tensor& weight_oihw, const Tensor* bias, int stride, int pad, int dilation,
-               size_t col_budget_bytes = kDefaultColBudgetBytes, Precision precision = Precision::kF32);
+               size_t col_budget_bytes = kDefaultColBudgetBytes, Precision precision = Precision::kF32,
+               bool relu = false);
   ~DeformConv2d();
   DeformConv2d(DeformConv2d&&) noexcept;
   DeformConv2d& operator=(DeformConv2d&&) noexcept;
@@ -38,7 +40,7 @@ class DeformConv2d {
   // [N, Ho, Wo, Cout] for an input [N, H, W, Cin]; throws kInvalidInput on a bad shape.
   Shape output_shape(const Shape& x_nhwc) const;
 
-  // y_nhwc is preallocated [N, Ho, Wo, Cout]. Sampling runs on `pool`; the matmul runs on
+  // y_nhwc is preallocated [N, Ho, Wo, Cout], f32 (or bf16 in bf16 precision). Sampling runs on `pool`; the matmul runs on
   // oneDNN's own (OpenMP) threads. Concurrent calls on one object serialize (shared scratch).
   void run(const Tensor& x_nhwc, const Tensor& offset_mask_nhwc, Tensor& y_nhwc, ThreadPool& pool) const;
 

@@ -41,14 +41,6 @@ void expect_no_partial_overlap(const char* op, const Tensor& in, const Tensor& y
   }
 }
 
-template <typename Fn>
-void for_rows(ThreadPool* pool, int64_t rows, int64_t grain, const Fn& fn) {
-  if (pool == nullptr || pool->size() == 1 || rows <= grain) {
-    fn(int64_t{0}, rows);
-  } else {
-    pool->parallel_for(rows, grain, fn);
-  }
-}
 
 const bool kHaveAvx512 = [] {
   __builtin_cpu_init();
@@ -312,7 +304,7 @@ __attribute__((target("avx512f"))) void softmax_narrow_rows_avx512(const float* 
 // Elementwise map over a flat range, split across the pool in 16K-element chunks.
 template <typename Fn>
 void map_flat(ThreadPool* pool, int64_t n, const Fn& fn) {
-  for_rows(pool, n, int64_t{1} << 14, fn);
+  for_chunks(pool, n, int64_t{1} << 14, fn);
 }
 
 // ---- add / mul with broadcasting of b ----
@@ -427,7 +419,7 @@ void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float 
   const float* g = gamma.data<float>();
   const float* b = beta.data<float>();
   float* yp = y.data<float>();
-  for_rows(pool, rows, std::max<int64_t>(1, 4096 / c_len), [&](int64_t r0, int64_t r1) {
+  for_chunks(pool, rows, std::max<int64_t>(1, 4096 / c_len), [&](int64_t r0, int64_t r1) {
     if (kHaveAvx512) {
       ln_rows_avx512(xp, g, b, eps, yp, c_len, r0, r1);
     } else {
@@ -455,7 +447,7 @@ void softmax(const Tensor& x, Tensor& y, ThreadPool* pool) {
   const int64_t rows = x.numel() / c_len;
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
-  for_rows(pool, rows, std::max<int64_t>(1, 4096 / c_len),
+  for_chunks(pool, rows, std::max<int64_t>(1, 4096 / c_len),
            [&](int64_t r0, int64_t r1) { softmax_rows(xp, yp, c_len, r0, r1); });
 }
 
@@ -550,7 +542,7 @@ void zeros(Tensor& y, ThreadPool* pool) {
   const auto bytes = static_cast<int64_t>(y.nbytes());
   if (bytes == 0) return;
   constexpr int64_t kPiece = int64_t{1} << 18;  // 256 KiB per chunk
-  for_rows(pool, (bytes + kPiece - 1) / kPiece, 4, [&](int64_t k0, int64_t k1) {
+  for_chunks(pool, (bytes + kPiece - 1) / kPiece, 4, [&](int64_t k0, int64_t k1) {
     const int64_t b0 = k0 * kPiece, b1 = std::min(bytes, k1 * kPiece);
     std::memset(p + b0, 0, static_cast<size_t>(b1 - b0));
   });
@@ -573,7 +565,7 @@ void add_rows(const Tensor& a, const Tensor& row, Tensor& y, ThreadPool* pool) {
   if (a.numel() == 0) return;
   const float* ap = a.data<float>();
   const float* rp = row.data<float>();
-  for_rows(pool, a.numel() / c_len, std::max<int64_t>(1, 16384 / c_len), [&](int64_t r0, int64_t r1) {
+  for_chunks(pool, a.numel() / c_len, std::max<int64_t>(1, 16384 / c_len), [&](int64_t r0, int64_t r1) {
     if (bf16_out) {
       // Sums in f32, 256 columns at a time on the stack (a replayed plan allocates nothing),
       // then rounded to bf16 16 lanes at a time (float_to_bf16_n).

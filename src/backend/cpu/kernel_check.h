@@ -6,6 +6,7 @@
 
 #include "bevformer/error.h"
 #include "core/tensor.h"
+#include "core/thread_pool.h"
 
 namespace bev::cpu {
 
@@ -21,6 +22,25 @@ inline void expect_f32_shape(const char* op, const Tensor& t, const char* what, 
   if (!t.defined() || t.dtype() != DType::kF32 || t.device() != Device::kCpu || t.shape() != shape ||
       !t.is_contiguous()) {
     bad_tensor(op, t, what, "contiguous host f32" + shape_str(shape));
+  }
+}
+
+// Whether two tensors' spans of bytes (from their first element, nbytes long: contiguous
+// tensors) share any byte.
+inline bool overlaps(const Tensor& a, const Tensor& b) {
+  const auto* a0 = static_cast<const char*>(a.raw_data());
+  const auto* b0 = static_cast<const char*>(b.raw_data());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+// fn(begin, end) over [0, n): split over the pool in chunks of at least `grain` when there is
+// more than one chunk's work and a pool of more than one thread; on the calling thread otherwise.
+template <typename Fn>
+void for_chunks(ThreadPool* pool, int64_t n, int64_t grain, const Fn& fn) {
+  if (pool == nullptr || pool->size() == 1 || n <= grain) {
+    fn(int64_t{0}, n);
+  } else {
+    pool->parallel_for(n, grain, fn);
   }
 }
 

@@ -167,12 +167,6 @@ void expect_f32_contiguous(const char* op, const char* name, const Tensor& t) {
   }
 }
 
-bool overlaps(const Tensor& a, const Tensor& b) {
-  const auto* a0 = static_cast<const uint8_t*>(a.raw_data());
-  const auto* b0 = static_cast<const uint8_t*>(b.raw_data());
-  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
-}
-
 namespace {
 
 // One size^3 matmul's best rate over `repeats` runs.

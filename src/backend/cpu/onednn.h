@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/kernel_check.h"
 #include "backend/op.h"
 #include "core/tensor.h"
 
@@ -111,8 +112,7 @@ class PackedWeights {
 // Argument checks shared by the ops; they throw kInvalidInput with `op` as the place.
 void expect_f32_host(const char* op, const char* name, const Tensor& t);        // defined, f32, cpu
 void expect_f32_contiguous(const char* op, const char* name, const Tensor& t);  // ... and contiguous
-// Whether the bytes of two contiguous tensors intersect.
-bool overlaps(const Tensor& a, const Tensor& b);
+// overlaps(a, b): backend/cpu/kernel_check.h.
 
 // This machine's measured matmul rate in GFLOP/s: the best of `repeats` runs of a size^3 oneDNN
 // matmul and of 4 x repeats runs of (size/2)^3 and (size/4)^3 (f32; bf16 sources with f32

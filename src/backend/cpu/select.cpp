@@ -19,13 +19,6 @@ void expect(const char* op, const Tensor& t, const char* what, DType dtype, cons
   }
 }
 
-// Whether two contiguous tensors share any byte.
-bool overlaps(const Tensor& a, const Tensor& b) {
-  const auto* a0 = static_cast<const char*>(a.raw_data());
-  const auto* b0 = static_cast<const char*>(b.raw_data());
-  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
-}
-
 // Whether a copy may write `to` from `from`: the same dtype, or f32 rounded into bf16.
 bool copies_into(DType from, DType to) { return from == to || (from == DType::kF32 && to == DType::kBF16); }
 
@@ -37,16 +30,6 @@ void copy_elements(char* dst, DType to, const char* src, DType from, size_t n) {
   } else {
     float_to_bf16_n(reinterpret_cast<const float*>(src), reinterpret_cast<uint16_t*>(dst), n);
   }
-}
-
-// Splits [0, n) over the pool when there is enough to split (memory-bound copies: chunks of at
-// least `grain`).
-template <typename Fn>
-void split(ThreadPool* pool, int64_t n, int64_t grain, const Fn& fn) {
-  if (pool == nullptr || pool->size() == 1 || n <= grain)
-    fn(int64_t{0}, n);
-  else
-    pool->parallel_for(n, grain, fn);
 }
 
 bool is_contiguous_host(const Tensor& t) {
@@ -229,7 +212,7 @@ void gather_rows(const Tensor& src, const Tensor& idx, Tensor& dst, ThreadPool* 
   const auto* sp = static_cast<const char*>(src.raw_data());
   auto* dp = static_cast<char*>(dst.raw_data());
   // Rows in place (src == dst, the same indices) would race across threads: one thread then.
-  split(overlaps(src, dst) ? nullptr : pool, m, std::max<int64_t>(1, int64_t{1 << 16} / static_cast<int64_t>(width + 1)),
+  for_chunks(overlaps(src, dst) ? nullptr : pool, m, std::max<int64_t>(1, int64_t{1 << 16} / static_cast<int64_t>(width + 1)),
         [&](int64_t i0, int64_t i1) {
           for (int64_t i = i0; i < i1; ++i) {
             if (ip[i] < 0) {
@@ -329,10 +312,9 @@ void concat(std::span<const Tensor> inputs, int64_t axis, Tensor& dst, ThreadPoo
   const DType from = first.dtype();
   const DType to = dst.defined() && copies_into(from, dst.dtype()) ? dst.dtype() : from;
   expect(op, dst, "dst", to, want);
-  if (to != from) {
-    for (const Tensor& t : inputs)
-      if (overlaps(t, dst)) bad_tensor(op, dst, "dst", "memory disjoint from every input");
-  }
+  // Pieces are copied forward and in parallel: an input inside dst would be overwritten first.
+  for (const Tensor& t : inputs)
+    if (t.numel() > 0 && overlaps(t, dst)) bad_tensor(op, dst, "dst", "memory disjoint from every input");
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < ax; ++d) outer *= want[static_cast<size_t>(d)];
   for (int64_t d = ax + 1; d < rank; ++d) inner *= want[static_cast<size_t>(d)];
@@ -347,7 +329,7 @@ void concat(std::span<const Tensor> inputs, int64_t axis, Tensor& dst, ThreadPoo
       // outer rows of `row` elements, or (axis 0, outer 1) one block split into 64K-element pieces.
       const auto piece = static_cast<int64_t>(outer > 1 ? row : std::min<size_t>(row, size_t{1} << 16));
       const int64_t pieces_per_row = (static_cast<int64_t>(row) + piece - 1) / piece;
-      split(pool, outer * pieces_per_row, std::max<int64_t>(1, int64_t{1 << 16} / piece), [&](int64_t k0, int64_t k1) {
+      for_chunks(pool, outer * pieces_per_row, std::max<int64_t>(1, int64_t{1 << 16} / piece), [&](int64_t k0, int64_t k1) {
         for (int64_t k = k0; k < k1; ++k) {
           const int64_t o = k / pieces_per_row, first_el = k % pieces_per_row * piece;
           const int64_t n = std::min<int64_t>(piece, static_cast<int64_t>(row) - first_el);

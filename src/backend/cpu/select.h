@@ -37,7 +37,7 @@ void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& dst);
 
 // Concatenation of contiguous tensors of one dtype along `axis` (negative counts from the
 // end); they agree on every other extent; dst contiguous with the summed extent, of their dtype
-// or bf16 for f32 inputs (rounded to nearest even; then disjoint from every input). Split over
+// or bf16 for f32 inputs (rounded to nearest even), disjoint from every input. Split over
 // `pool`.
 void concat(std::span<const Tensor> inputs, int64_t axis, Tensor& dst, ThreadPool* pool = nullptr);
 
