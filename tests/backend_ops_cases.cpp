@@ -339,6 +339,7 @@ struct DcnSpec {
   DeformConv2dAttrs a = {};
   bool bias = true;
   float offset = 2.0f;  // offsets and mask logits uniform in +-offset
+  DType in = DType::kF32, y = DType::kF32;  // bf16 only in bf16 precision (the model's: act)
 };
 
 void add_dcn(CaseList& l, std::string tag, DcnSpec s) {
@@ -348,9 +349,10 @@ void add_dcn(CaseList& l, std::string tag, DcnSpec s) {
         ops.prepare_deform_conv2d(weight(s.w, seed + 2, s.w[1] * s.w[2] * s.w[3]), s.bias ? &b : nullptr, s.a);
     const int64_t ho = conv_out(s.x[1], s.w[2], s.a.stride, s.a.pad, s.a.dilation);
     const int64_t wo = conv_out(s.x[2], s.w[3], s.a.stride, s.a.pad, s.a.dilation);
-    const Tensor x = ops.backend().upload(values(s.x, seed + 3));
+    const Tensor xs = values(s.x, seed + 3);
+    const Tensor x = ops.backend().upload(s.in == DType::kBF16 ? to_bf16(xs) : xs);
     const Tensor om = ops.backend().upload(values({s.x[0], ho, wo, 3 * s.w[2] * s.w[3]}, seed + 4, s.offset));
-    ops.deform_conv2d(x, om, w, "x");
+    ops.deform_conv2d(x, om, w, "x", s.y);
   });
 }
 
@@ -366,14 +368,23 @@ void deform_conv2d_cases(CaseList& l) {
       add_dcn(l, "1 pixel", {.x = {1, 1, 1, 4}, .w = {5, 4, 3, 3}});
       // Offsets of up to 12 pixels: most taps land outside the map and read zeros.
       add_dcn(l, "far offsets", {.x = {1, 6, 7, 9}, .w = {8, 9, 3, 3}, .offset = 12.0f});
+      add_dcn(l, "ReLU, 17 channels", {.x = {1, 9, 11, 17}, .w = {7, 17, 3, 3}, .a = {.relu = true}});
+      if (l.bf16()) {
+        add_dcn(l, "bf16 x and y, ReLU, 17 channels",
+                {.x = {1, 9, 11, 17}, .w = {7, 17, 3, 3}, .a = {.relu = true}, .in = DType::kBF16, .y = DType::kBF16});
+      }
       return;
     case ShapeSet::kTiny:
       // tiny's ResNet-50 has no DCN: a stand-in at tiny's layer3 scale.
-      add_dcn(l, "layer3 scale (no DCN in tiny)", {.x = {6, 30, 50, 256}, .w = {256, 256, 3, 3}});
+      add_dcn(l, "layer3 scale (no DCN in tiny)", {.x = {6, 30, 50, 256}, .w = {256, 256, 3, 3}, .a = {.relu = true},
+                                                   .in = l.act(), .y = l.act()});
       return;
     case ShapeSet::kBase:
-      add_dcn(l, "img.layer3.1.conv2", {.x = {6, 58, 100, 256}, .w = {256, 256, 3, 3}});
-      add_dcn(l, "img.layer4.1.conv2", {.x = {6, 29, 50, 512}, .w = {512, 512, 3, 3}});
+      // As the model runs them: ReLU fused, x and y in the activation dtype.
+      add_dcn(l, "img.layer3.1.conv2", {.x = {6, 58, 100, 256}, .w = {256, 256, 3, 3}, .a = {.relu = true},
+                                        .in = l.act(), .y = l.act()});
+      add_dcn(l, "img.layer4.1.conv2", {.x = {6, 29, 50, 512}, .w = {512, 512, 3, 3}, .a = {.relu = true},
+                                        .in = l.act(), .y = l.act()});
       return;
   }
 }

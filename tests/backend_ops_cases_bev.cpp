@@ -274,7 +274,7 @@ void binary_cases(CaseList& l) {
                  {g.cams, 1, g.c});
     }
   } else {
-    add_binary(l, "tsa.queue_mean", {g.hw, g.c}, {1, 1});
+    add_binary(l, "BEV x scalar", {g.hw, g.c}, {1, 1});
     add_binary(l, "sca.count_mean", {g.hw, g.c}, {g.hw, 1});
   }
 }

@@ -262,7 +262,8 @@ TEST(DeformConv2d, Bf16ColumnsMatchTheRoundedSpec) {
 
 // The fused ReLU (and, in bf16 precision, the bf16 output the next conv reads) are the unfused
 // forms' bits: relu(y) in f32, and relu(y) rounded to nearest even in bf16, including the padded
-// last tile (a budget of 200 rows: tiles of 128, the last 119 rows padded to 128).
+// last tile (a budget of 200 rows: tiles of 128, the last 119 rows padded to 128). A bf16 x gives
+// the bits of an f32 x holding its values.
 TEST(DeformConv2d, FusedReluAndBf16OutputAreTheUnfusedBits) {
   const Case c{1, 15, 25, 24, 40, 3, 3, 1, 1, 1, true, size_t{9 * 24 * 2 * 200}};
   std::mt19937 rng(31);
@@ -292,7 +293,15 @@ TEST(DeformConv2d, FusedReluAndBf16OutputAreTheUnfusedBits) {
       fused.run(x, om, y16, pool);
       const Tensor want16 = want.to(DType::kBF16);
       EXPECT_EQ(std::memcmp(y16.raw_data(), want16.raw_data(), want16.nbytes()), 0);
+      // A bf16 x (conv1's output in the model) samples the bits an f32 x of the same values does.
+      const Tensor x16 = x.to(DType::kBF16), x_rounded = x16.to(DType::kF32);
+      Tensor from16 = Tensor::empty(ys, DType::kF32), from_rounded = Tensor::empty(ys, DType::kF32);
+      fused.run(x16, om, from16, pool);
+      fused.run(x_rounded, om, from_rounded, pool);
+      EXPECT_EQ(std::memcmp(from16.raw_data(), from_rounded.raw_data(), from16.nbytes()), 0);
+      EXPECT_NE(std::memcmp(from16.raw_data(), yr.raw_data(), yr.nbytes()), 0) << "x was not rounded?";
     } else {
+      EXPECT_THROW(fused.run(x.to(DType::kBF16), om, yr, pool), Error);  // bf16 x needs bf16 precision
       Tensor y16 = Tensor::empty(ys, DType::kBF16);
       EXPECT_THROW(fused.run(x, om, y16, pool), Error);  // bf16 output needs bf16 precision
     }

@@ -558,7 +558,10 @@ TEST(Concat, ThreadedAndIntoBf16) {
   std::uniform_int_distribution<int64_t> pick(-1, 49);
   for (auto& e : iv) e = pick(rng);
   Tensor serial = Tensor::empty({3001, 33}, DType::kF32), y16 = Tensor::empty({3001, 33}, DType::kBF16);
+  Tensor threaded = Tensor::empty({3001, 33}, DType::kF32);
   gather_rows(src, i64_tensor(iv), serial);
+  gather_rows(src, i64_tensor(iv), threaded, &pool);
+  EXPECT_TRUE(same_bits(serial, threaded));
   gather_rows(src, i64_tensor(iv), y16, &pool);
   EXPECT_TRUE(same_bits(y16, rounded(serial)));
   Tensor over = Tensor::view_of(src.storage(), DType::kBF16, {10, 33}, contiguous_strides({10, 33}), 0);

@@ -309,6 +309,8 @@ Tensor Ops::deform_conv2d(const Tensor& x, const Tensor& offset_mask, const Prep
   expect_rank("deform_conv2d", label, "input", x, 4);
   expect_rank("deform_conv2d", label, "offset_mask", offset_mask, 4);
   expect_prepared_by("deform_conv2d", label, w, backend_);
+  expect_float_dtype("deform_conv2d", label, "input", x.dtype());
+  expect_f32("deform_conv2d", label, "offset_mask", offset_mask);
   const auto& a = std::get<DeformConv2dAttrs>(w.attrs);
   const Shape& ws = w.weight_shape;
   if (x.size(3) != ws[1]) {

@@ -71,7 +71,8 @@ class Ops {
   // not be read afterwards): the sum post-op then adds in place instead of copying the residual
   // into a fresh output first (5-35% of a ResNet expand conv's time).
   Tensor conv2d_over_residual(const Tensor& x, const PreparedWeights& w, const Tensor& residual, std::string label);
-  // `out`: y's dtype, bf16 only when the backend runs in bf16 (the next conv reads it).
+  // x and `out` (y's dtype): f32, or bf16 when the backend runs in bf16 (conv1's output, which the
+  // offset conv also reads; conv3 reads y). offset_mask is f32.
   Tensor deform_conv2d(const Tensor& x, const Tensor& offset_mask, const PreparedWeights& w, std::string label = {},
                        DType out = DType::kF32);
   // The block y = relu(conv3(conv2(conv1(x))) + identity), identity = downsample(x) or x, as one

@@ -7,10 +7,6 @@
 namespace bev {
 namespace {
 
-// A [1, 1] constant for broadcast multiplies, in backend memory; recorded stages keep it alive
-// through the node.
-Tensor scalar(Ops& ops, float v) { return ops.constant(Tensor::from_floats({1, 1}, std::vector<float>{v})); }
-
 void require(bool ok, const std::string& what, const std::string& expected) {
   if (!ok) throw Error(ErrorKind::kUnsupported, what).expected(expected);
 }
@@ -34,9 +30,17 @@ Tensor ffn_forward(Ops& ops, const FfnWeights& f, const Tensor& x, const std::st
 
 // ---- TemporalSelfAttention ----
 
-TsaWeights load_tsa(Ops& ops, const WeightSource& w, const std::string& p) {
+TsaWeights load_tsa(Ops& ops, const WeightSource& w, const std::string& p, int num_bev_queue) {
+  require(num_bev_queue == 2, "TSA num_bev_queue " + std::to_string(num_bev_queue), "2 (previous and current BEV)");
+  // The queue mean (the MSDA sum over both queue entries times 1/2) folded into output_proj's
+  // weight: W (s / 2) + b = (W / 2) s + b, exactly, since halving is exact in f32 and in bf16
+  // (short of subnormal weights). One elementwise pass over the BEV fewer per layer.
+  Tensor out_w = w.get(p + ".output_proj.weight").clone();
+  float* wp = out_w.data<float>();
+  for (int64_t i = 0; i < out_w.numel(); ++i) wp[i] *= 0.5f;
+  const Tensor out_b = w.get(p + ".output_proj.bias");
   return {load_linear(ops, w, p + ".sampling_offsets"), load_linear(ops, w, p + ".attention_weights"),
-          load_linear(ops, w, p + ".value_proj"), load_linear(ops, w, p + ".output_proj")};
+          load_linear(ops, w, p + ".value_proj"), ops.prepare_linear(out_w, &out_b, {})};
 }
 
 Tensor tsa_forward(Ops& ops, const TsaWeights& w, const DeformAttnConfig& cfg, int num_bev_queue, const Tensor& x,
@@ -71,9 +75,9 @@ Tensor tsa_forward(Ops& ops, const TsaWeights& w, const DeformAttnConfig& cfg, i
   MsdaAttrs ma;
   ma.spatial_shapes = la.spatial_shapes;
   for (int64_t q = 0; q < queue; ++q) ma.level_start.push_back(q * hw);
+  // The queue mean's 1/2 is in output_proj's weight (load_tsa).
   const Tensor summed = ops.msda(value, loc, weights, ma, label + ".msda").reshape({rows, c});
-  const Tensor mean = ops.mul(summed, scalar(ops, 1.0f / static_cast<float>(queue)), label + ".queue_mean");
-  return ops.add(x, ops.linear(mean, w.output_proj, label + ".output_proj"), label);
+  return ops.add(x, ops.linear(summed, w.output_proj, label + ".output_proj"), label);
 }
 
 // ---- SpatialCrossAttention ----

@@ -36,9 +36,11 @@ DType compact_dtype(Ops& ops);
 struct TsaWeights {
   PreparedWeights sampling_offsets;   // [heads*queue*levels*points*2, 2C]
   PreparedWeights attention_weights;  // [heads*queue*levels*points, 2C]
-  PreparedWeights value_proj, output_proj;
+  PreparedWeights value_proj;
+  PreparedWeights output_proj;  // its weight halved: the queue mean (load_tsa)
 };
-TsaWeights load_tsa(Ops& ops, const WeightSource& w, const std::string& prefix);
+// output_proj's weight carries the queue mean's 1 / num_bev_queue (which must be 2).
+TsaWeights load_tsa(Ops& ops, const WeightSource& w, const std::string& prefix, int num_bev_queue);
 
 struct TsaInputs {
   Tensor value0;     // [B*HW, C]: the rotated previous BEV, or the layer input without history

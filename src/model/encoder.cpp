@@ -46,7 +46,7 @@ EncoderWeights load_encoder(Ops& ops, const WeightSource& w, const ModelConfig& 
   for (int i = 0; i < cfg.transformer.encoder_layers; ++i) {
     const std::string p = tr + ".encoder.layers." + std::to_string(i);
     EncoderLayerWeights l;
-    l.tsa = load_tsa(ops, w, p + ".attentions.0");
+    l.tsa = load_tsa(ops, w, p + ".attentions.0", cfg.transformer.tsa_num_bev_queue);
     l.sca = load_sca(ops, w, p + ".attentions.1");
     l.ffn = load_ffn(ops, w, p + ".ffns.0");
     for (int n = 0; n < 3; ++n) l.norms[n] = load_layer_norm(ops, w, p + ".norms." + std::to_string(n));

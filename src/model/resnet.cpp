@@ -78,12 +78,12 @@ Tensor bottleneck_forward(Ops& ops, const BottleneckWeights& b, const Tensor& x,
     return ops.bottleneck(x, b.fused, out, over_input, p);
   }
   const Tensor identity = b.has_downsample ? ops.conv2d(x, b.downsample, nullptr, p + ".downsample", out) : x;
-  // DCNv2 (our own kernel) and its offset conv read conv1's output in f32.
-  const Tensor out1 = ops.conv2d(x, b.conv1, nullptr, p + ".conv1", b.dcn ? DType::kF32 : act);
+  const Tensor out1 = ops.conv2d(x, b.conv1, nullptr, p + ".conv1", act);
   Tensor out2;
   if (b.dcn) {
     const Tensor offset_mask = ops.conv2d(out1, b.conv2_offset, nullptr, p + ".conv2.conv_offset");
-    // ReLU fused into its matmul; in bf16 its output is bf16 (conv3 reads it), as conv2's is.
+    // DCNv2 and its offset conv read conv1's output in the activation dtype, as conv2 does; the
+    // ReLU is fused into its matmul, and its output (conv3 reads it) is in the activation dtype.
     out2 = ops.deform_conv2d(out1, offset_mask, b.conv2, p + ".conv2", act);
   } else {
     out2 = ops.conv2d(out1, b.conv2, nullptr, p + ".conv2", act);

@@ -26,16 +26,22 @@ namespace {
 
 float sigmoid_f(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 
-// Up to four bilinear corners of one sample: weights and the corner's Cin vector.
+// Up to four bilinear corners of one sample: weights and the corner's Cin vector (x's f32, or
+// its bf16 in bf16 precision: In).
+template <typename In>
 struct Corners {
   int n = 0;
   float w[4];
-  const float* p[4];
+  const In* p[4];
 };
+
+inline float widen(float v) { return v; }
+inline float widen(uint16_t v) { return bf16_to_float(v); }
 
 // mmcv's dmcn_im2col_bilinear, with the caller's range test folded in: corner weights in f32
 // in mmcv's order, and only the corners inside the map are listed.
-inline void bilinear_corners(const float* xn, int64_t H, int64_t W, int64_t C, float h, float w, Corners& c) {
+template <typename In>
+inline void bilinear_corners(const In* xn, int64_t H, int64_t W, int64_t C, float h, float w, Corners<In>& c) {
   c.n = 0;
   // Written so that NaN positions fail the test (mmcv reads 0 there).
   if (!(h > -1.0f && w > -1.0f && h < static_cast<float>(H) && w < static_cast<float>(W))) return;
@@ -58,11 +64,11 @@ inline void bilinear_corners(const float* xn, int64_t H, int64_t W, int64_t C, f
 // d[c] = (sum_q w_q * p_q[c]) * mask, stored as f32 or, for the bf16 column tile, rounded to
 // bf16 (core/half.h's float_to_bf16). With no corner the result is 0 * mask, as in mmcv (so a
 // NaN mask still poisons the output the way upstream's does).
-template <typename Out>
-void combine_scalar(const Corners& k, float mask, Out* d, int64_t C) {
+template <typename In, typename Out>
+void combine_scalar(const Corners<In>& k, float mask, Out* d, int64_t C) {
   for (int64_t c = 0; c < C; ++c) {
     float v = 0.0f;
-    for (int q = 0; q < k.n; ++q) v += k.w[q] * k.p[q][c];
+    for (int q = 0; q < k.n; ++q) v += k.w[q] * widen(k.p[q][c]);
     if constexpr (std::is_same_v<Out, float>) {
       d[c] = v * mask;
     } else {
@@ -73,55 +79,50 @@ void combine_scalar(const Corners& k, float mask, Out* d, int64_t C) {
 
 #define BEV_AVX512_BW __attribute__((target("avx512f,avx512bw,avx512vl")))
 
-// float_to_bf16 on 16 lanes, bit for bit (integer rounding, not vcvtneps2bf16, which flushes
-// denormals and needs avx512_bf16).
-BEV_AVX512_BW inline __m256i to_bf16(__m512 v) {
-  // (maskz_ forms: GCC 12 warns on the _mm512_undefined source of the unmasked ones.)
-  const __mmask16 all = 0xFFFF;
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i hi = _mm512_maskz_srli_epi32(all, u, 16);
-  const __m512i bias = _mm512_add_epi32(_mm512_and_si512(hi, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7fff));
-  __m512i r = _mm512_maskz_srli_epi32(all, _mm512_add_epi32(u, bias), 16);
-  r = _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), hi, _mm512_set1_epi32(0x40));
-  return _mm512_maskz_cvtepi32_epi16(all, r);
-}
-
-// 16 channels at d (the first `m` of them): f32, or bf16.
+// 16 channels at d (the first `m` of them): f32, or bf16 rounded as float_to_bf16 (core/half.h).
 template <typename Out>
 BEV_AVX512_BW inline void store16(Out* d, __mmask16 m, __m512 v) {
   if constexpr (std::is_same_v<Out, float>) {
     _mm512_mask_storeu_ps(d, m, v);
   } else {
-    _mm256_mask_storeu_epi16(d, m, to_bf16(v));
+    _mm256_mask_storeu_epi16(d, m, float_to_bf16_x16(v));
   }
 }
 
+// 16 channels at p (the first `m` of them; the others read 0 and touch no memory) as f32; bf16
+// widened exactly. (maskz_ forms: GCC 12 warns on the _mm512_undefined source of the unmasked ones.)
+BEV_AVX512_BW inline __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+BEV_AVX512_BW inline __m512 load16(const uint16_t* p, __mmask16 m) {
+  const __m512i w = _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_maskz_loadu_epi16(m, p));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, w, 16));
+}
+
 // The AVX-512 combine (the bf16 output needs AVX512BW/VL as well: see kHaveAvx512Bw).
-template <typename Out>
-BEV_AVX512_BW void combine_avx512(const Corners& k, float mask, Out* d, int64_t C) {
+template <typename In, typename Out>
+BEV_AVX512_BW void combine_avx512(const Corners<In>& k, float mask, Out* d, int64_t C) {
   const __m512 vm = _mm512_set1_ps(mask);
   __m512 vw[4];
   for (int q = 0; q < k.n; ++q) vw[q] = _mm512_set1_ps(k.w[q]);
   int64_t c = 0;
   if (k.n == 4) {  // the common case, unrolled
     for (; c + 16 <= C; c += 16) {
-      __m512 a = _mm512_mul_ps(vw[0], _mm512_loadu_ps(k.p[0] + c));
-      a = _mm512_fmadd_ps(vw[1], _mm512_loadu_ps(k.p[1] + c), a);
-      a = _mm512_fmadd_ps(vw[2], _mm512_loadu_ps(k.p[2] + c), a);
-      a = _mm512_fmadd_ps(vw[3], _mm512_loadu_ps(k.p[3] + c), a);
+      __m512 a = _mm512_mul_ps(vw[0], load16(k.p[0] + c, 0xFFFF));
+      a = _mm512_fmadd_ps(vw[1], load16(k.p[1] + c, 0xFFFF), a);
+      a = _mm512_fmadd_ps(vw[2], load16(k.p[2] + c, 0xFFFF), a);
+      a = _mm512_fmadd_ps(vw[3], load16(k.p[3] + c, 0xFFFF), a);
       store16(d + c, 0xFFFF, _mm512_mul_ps(a, vm));
     }
   } else {
     for (; c + 16 <= C; c += 16) {
       __m512 a = _mm512_setzero_ps();
-      for (int q = 0; q < k.n; ++q) a = _mm512_fmadd_ps(vw[q], _mm512_loadu_ps(k.p[q] + c), a);
+      for (int q = 0; q < k.n; ++q) a = _mm512_fmadd_ps(vw[q], load16(k.p[q] + c, 0xFFFF), a);
       store16(d + c, 0xFFFF, _mm512_mul_ps(a, vm));
     }
   }
   if (c < C) {
     const __mmask16 m = static_cast<__mmask16>((1u << (C - c)) - 1u);
     __m512 a = _mm512_setzero_ps();
-    for (int q = 0; q < k.n; ++q) a = _mm512_fmadd_ps(vw[q], _mm512_maskz_loadu_ps(m, k.p[q] + c), a);
+    for (int q = 0; q < k.n; ++q) a = _mm512_fmadd_ps(vw[q], load16(k.p[q] + c, m), a);
     store16(d + c, m, _mm512_mul_ps(a, vm));
   }
 }
@@ -137,14 +138,14 @@ struct Geometry {
 };
 
 // Fills column rows for output pixels [b, e) (flattened n, ho, wo); row p goes to col + (p - p0) * K*Cin.
-// Col is float, or uint16_t (bf16) in bf16 precision.
-template <typename Col>
-void sample_rows(const Geometry& g, const float* x, const float* om, Col* col, int64_t p0, int64_t b, int64_t e) {
+// Col is float, or uint16_t (bf16) in bf16 precision; so is In, x's element.
+template <typename In, typename Col>
+void sample_rows(const Geometry& g, const In* x, const float* om, Col* col, int64_t p0, int64_t b, int64_t e) {
   const int64_t taps = g.kh * g.kw, row_len = taps * g.cin, hw_out = g.ho * g.wo;
-  Corners k;
+  Corners<In> k;
   for (int64_t p = b; p < e; ++p) {
     const int64_t n = p / hw_out, r = p % hw_out, ho = r / g.wo, wo = r % g.wo;
-    const float* xn = x + n * g.h * g.w * g.cin;
+    const In* xn = x + n * g.h * g.w * g.cin;
     const float* o = om + p * 3 * taps;
     Col* dst = col + (p - p0) * row_len;
     for (int64_t i = 0; i < g.kh; ++i) {
@@ -300,7 +301,13 @@ void DeformConv2d::run(const Tensor& x, const Tensor& offset_mask, Tensor& y, Th
   const Impl& s = *impl_;
   if (!x.defined()) bad_tensor("deform_conv2d", x, "input x", "f32 [N, H, W, Cin]");
   const Shape y_shape = output_shape(x.shape());
-  expect_f32_shape("deform_conv2d", x, "input x", x.shape());
+  // x is f32, or bf16 in bf16 precision (sampled from its bf16 values, widened exactly).
+  const bool bf16_in = s.bf16 && x.dtype() == DType::kBF16;
+  if (bf16_in) {
+    if (x.device() != Device::kCpu || !x.is_contiguous()) bad_tensor("deform_conv2d", x, "input x", "contiguous host f32 or bf16");
+  } else {
+    expect_f32_shape("deform_conv2d", x, "input x", x.shape());
+  }
   const int64_t taps = s.kh * s.kw;
   expect_f32_shape("deform_conv2d", offset_mask, "offset_mask", {y_shape[0], y_shape[1], y_shape[2], 3 * taps});
   const bool bf16_out = s.bf16 && y.defined() && y.dtype() == DType::kBF16;
@@ -343,7 +350,7 @@ void DeformConv2d::run(const Tensor& x, const Tensor& offset_mask, Tensor& y, Th
       (!s.tail_out.defined() || s.tail_out.dtype() != y_dtype || s.tail_out.numel() < last_padded * s.cout)) {
     s.tail_out = Tensor::empty({last_padded * s.cout}, y_dtype);
   }
-  const float* xp = x.data<float>();
+  const void* xp = x.raw_data();
   const float* om = offset_mask.data<float>();
   void* col = s.scratch.raw_data();
   auto* yp = static_cast<char*>(y.raw_data());
@@ -353,10 +360,12 @@ void DeformConv2d::run(const Tensor& x, const Tensor& offset_mask, Tensor& y, Th
       const int64_t m = std::min(tile, rows - p0);
       const bool padded = m == last && last_padded != last;
       pool.parallel_for(m, 8, [&](int64_t b, int64_t e) {
-        if (s.bf16) {
-          sample_rows(g, xp, om, static_cast<uint16_t*>(col), p0, p0 + b, p0 + e);
+        if (bf16_in) {
+          sample_rows(g, static_cast<const uint16_t*>(xp), om, static_cast<uint16_t*>(col), p0, p0 + b, p0 + e);
+        } else if (s.bf16) {
+          sample_rows(g, static_cast<const float*>(xp), om, static_cast<uint16_t*>(col), p0, p0 + b, p0 + e);
         } else {
-          sample_rows(g, xp, om, static_cast<float*>(col), p0, p0 + b, p0 + e);
+          sample_rows(g, static_cast<const float*>(xp), om, static_cast<float*>(col), p0, p0 + b, p0 + e);
         }
       });
       if (padded) {

@@ -40,8 +40,10 @@ class DeformConv2d {
   // [N, Ho, Wo, Cout] for an input [N, H, W, Cin]; throws kInvalidInput on a bad shape.
   Shape output_shape(const Shape& x_nhwc) const;
 
-  // y_nhwc is preallocated [N, Ho, Wo, Cout], f32 (or bf16 in bf16 precision). Sampling runs on `pool`; the matmul runs on
-  // oneDNN's own (OpenMP) threads. Concurrent calls on one object serialize (shared scratch).
+  // x_nhwc is f32, or bf16 in bf16 precision (its values widened exactly before sampling);
+  // y_nhwc is preallocated [N, Ho, Wo, Cout], f32 or bf16 in bf16 precision. Sampling runs on
+  // `pool`; the matmul runs on oneDNN's own (OpenMP) threads. Concurrent calls on one object
+  // serialize (shared scratch).
   void run(const Tensor& x_nhwc, const Tensor& offset_mask_nhwc, Tensor& y_nhwc, ThreadPool& pool) const;
 
   int64_t in_channels() const;

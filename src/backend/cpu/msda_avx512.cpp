@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 
 #include "backend/cpu/msda.h"
@@ -100,11 +101,31 @@ BEV_AVX512 inline void load_row(const uint16_t* v, __mmask16 tail0, __mmask16 ta
   hi = widen_bf16(_mm256_maskz_loadu_epi16(tail1, v + 16));
 }
 
+// A bf16 row of 17-32 values in one 64-byte load, as f32 in pair order: `even` holds columns
+// 0, 2, ..., 30 and `odd` 1, 3, ..., 31. Each 32-bit lane holds two bf16 (the even column in its
+// low half), so a shift and a mask widen both: no cross-lane shuffles (the two vpmovzxwd of
+// load_row compete with the FMAs for port 5). Sums kept in this order are put back in column order
+// once per group (interleave).
+BEV_AVX512 inline void load_row_pairs(const uint16_t* v, __mmask32 mask, __m512& even, __m512& odd) {
+  const __m512i x = _mm512_maskz_loadu_epi16(mask, v);
+  even = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, x, 16));
+  odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+// Columns 0-15 and 16-31 from sums in pair order.
+BEV_AVX512 inline void interleave(__m512 even, __m512 odd, __m512& lo, __m512& hi) {
+  const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i second = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  lo = _mm512_permutex2var_ps(even, first, odd);
+  hi = _mm512_permutex2var_ps(even, second, odd);
+}
+
 // Step (2) for 16 (kTwo false) or 32 (kTwo true) columns; the loads are masked by tail0/tail1 so
 // they never read past head_dim (the tensor's last row stays in bounds). One accumulator per
 // corner and vector: four independent FMA chains, so the 4-cycle FMA latency does not serialize
 // a sample's corners. Named accumulators, not an array, and constant corner indices: a run-time
-// index into an accumulator array makes GCC keep it on the stack (measured 3x slower).
+// index into an accumulator array makes GCC keep it on the stack (measured 3x slower). bf16 rows
+// of 32 accumulate in pair order (load_row_pairs): each column sees the same FMAs in the same
+// order, so the sums are the same bits.
 template <bool kTwo, typename T>
 BEV_AVX512 void accumulate_group(const Corners& c, const T* vbase, int64_t row_stride, int64_t s_begin, int64_t s_end,
                                  __mmask16 tail0, __mmask16 tail1, float* o) {
@@ -112,11 +133,16 @@ BEV_AVX512 void accumulate_group(const Corners& c, const T* vbase, int64_t row_s
   const int64_t n = c.n;
   const int32_t* row = c.row;
   const float* weight = c.weight;
+  constexpr bool kPairs = kTwo && std::is_same_v<T, uint16_t>;
+  const __mmask32 mask32 = static_cast<__mmask32>(tail0) | (static_cast<__mmask32>(tail1) << 16);
   const auto corner = [&](int64_t i, __m512& a, __m512& b) __attribute__((always_inline)) BEV_AVX512 {
     const __m512 w = _mm512_set1_ps(weight[i]);
     const T* v = vbase + static_cast<int64_t>(row[i]) * row_stride;
     __m512 lo, hi;
-    load_row(v, tail0, kTwo ? tail1 : __mmask16(0), lo, hi);
+    if constexpr (kPairs)
+      load_row_pairs(v, mask32, lo, hi);
+    else
+      load_row(v, tail0, kTwo ? tail1 : __mmask16(0), lo, hi);
     a = _mm512_fmadd_ps(w, lo, a);
     if constexpr (kTwo) b = _mm512_fmadd_ps(w, hi, b);
   };
@@ -134,8 +160,14 @@ BEV_AVX512 void accumulate_group(const Corners& c, const T* vbase, int64_t row_s
       if (m & 8) corner(3 * n + s, a3, b3);
     }
   }
-  _mm512_mask_storeu_ps(o, tail0, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-  if constexpr (kTwo) _mm512_mask_storeu_ps(o + 16, tail1, _mm512_add_ps(_mm512_add_ps(b0, b1), _mm512_add_ps(b2, b3)));
+  __m512 sum_a = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
+  __m512 sum_b = _mm512_add_ps(_mm512_add_ps(b0, b1), _mm512_add_ps(b2, b3));
+  if constexpr (kPairs) {
+    const __m512 even = sum_a, odd = sum_b;
+    interleave(even, odd, sum_a, sum_b);
+  }
+  _mm512_mask_storeu_ps(o, tail0, sum_a);
+  if constexpr (kTwo) _mm512_mask_storeu_ps(o + 16, tail1, sum_b);
 }
 
 // head_dim in groups of up to 32 columns (BEVFormer's head_dim is exactly one group).
