@@ -23,6 +23,10 @@ inline float bits_float(uint32_t u) {
 
 inline float bf16_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
 
+// An element of a kernel templated on its value type (f32, or bf16 as uint16_t) as f32, exactly.
+inline float widen(float v) { return v; }
+inline float widen(uint16_t bf16) { return bf16_to_float(bf16); }
+
 inline uint16_t float_to_bf16(float f) {
   uint32_t u = float_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) {
@@ -43,6 +47,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m256i float_to_bf1
   __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
   r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
   return _mm512_maskz_cvtepi32_epi16(0xFFFF, _mm512_maskz_srlv_epi32(0xFFFF, r, sixteen));
+}
+
+// bf16_to_float on 16 lanes (exact: a bf16's bits are the top half of its f32's). AVX-512F only,
+// so any AVX-512 kernel may inline it. The maskz spellings: GCC 12's plain forms trip
+// -Wmaybe-uninitialized.
+__attribute__((target("avx512f"))) inline __m512 bf16_to_float_x16(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16));
 }
 
 float half_to_float(uint16_t h);

@@ -35,9 +35,6 @@ struct Corners {
   const In* p[4];
 };
 
-inline float widen(float v) { return v; }
-inline float widen(uint16_t v) { return bf16_to_float(v); }
-
 // mmcv's dmcn_im2col_bilinear, with the caller's range test folded in: corner weights in f32
 // in mmcv's order, and only the corners inside the map are listed.
 template <typename In>
@@ -90,11 +87,10 @@ BEV_AVX512_BW inline void store16(Out* d, __mmask16 m, __m512 v) {
 }
 
 // 16 channels at p (the first `m` of them; the others read 0 and touch no memory) as f32; bf16
-// widened exactly. (maskz_ forms: GCC 12 warns on the _mm512_undefined source of the unmasked ones.)
+// widened exactly.
 BEV_AVX512_BW inline __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
 BEV_AVX512_BW inline __m512 load16(const uint16_t* p, __mmask16 m) {
-  const __m512i w = _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_maskz_loadu_epi16(m, p));
-  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, w, 16));
+  return bf16_to_float_x16(_mm256_maskz_loadu_epi16(m, p));
 }
 
 // The AVX-512 combine (the bf16 output needs AVX512BW/VL as well: see kHaveAvx512Bw).
@@ -303,21 +299,12 @@ void DeformConv2d::run(const Tensor& x, const Tensor& offset_mask, Tensor& y, Th
   const Shape y_shape = output_shape(x.shape());
   // x is f32, or bf16 in bf16 precision (sampled from its bf16 values, widened exactly).
   const bool bf16_in = s.bf16 && x.dtype() == DType::kBF16;
-  if (bf16_in) {
-    if (x.device() != Device::kCpu || !x.is_contiguous()) bad_tensor("deform_conv2d", x, "input x", "contiguous host f32 or bf16");
-  } else {
-    expect_f32_shape("deform_conv2d", x, "input x", x.shape());
-  }
+  expect_host_shape("deform_conv2d", x, "input x", bf16_in ? DType::kBF16 : DType::kF32, x.shape());
   const int64_t taps = s.kh * s.kw;
   expect_f32_shape("deform_conv2d", offset_mask, "offset_mask", {y_shape[0], y_shape[1], y_shape[2], 3 * taps});
   const bool bf16_out = s.bf16 && y.defined() && y.dtype() == DType::kBF16;
-  if (bf16_out) {
-    if (y.device() != Device::kCpu || !y.is_contiguous() || y.shape() != y_shape)
-      bad_tensor("deform_conv2d", y, "output y", "contiguous host f32 or bf16 " + shape_str(y_shape));
-  } else {
-    expect_f32_shape("deform_conv2d", y, "output y", y_shape);
-  }
   const DType y_dtype = bf16_out ? DType::kBF16 : DType::kF32;
+  expect_host_shape("deform_conv2d", y, "output y", y_dtype, y_shape);
   const size_t y_es = dtype_size(y_dtype);
   const Geometry g{x.size(0), x.size(1), x.size(2), s.cin, y_shape[1], y_shape[2], s.kh, s.kw, s.stride, s.pad, s.dil};
   const int64_t rows = g.n * g.ho * g.wo;

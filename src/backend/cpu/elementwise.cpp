@@ -552,15 +552,9 @@ void add_rows(const Tensor& a, const Tensor& row, Tensor& y, ThreadPool* pool) {
   const int64_t c_len = expect_rows("add_rows", a, "input a");
   expect_f32_shape("add_rows", row, "row", {c_len});
   const bool bf16_out = y.defined() && y.dtype() == DType::kBF16;
-  if (bf16_out) {
-    if (y.device() != Device::kCpu || !y.is_contiguous() || y.shape() != a.shape())
-      bad_tensor("add_rows", y, "output y", "contiguous host f32 or bf16 " + shape_str(a.shape()));
-    // Different dtypes: any overlap at all would read sums back as inputs.
-    expect_no_partial_overlap("add_rows", a, y, /*may_alias=*/false);
-  } else {
-    expect_f32_shape("add_rows", y, "output y", a.shape());
-    expect_no_partial_overlap("add_rows", a, y);
-  }
+  expect_host_shape("add_rows", y, "output y", bf16_out ? DType::kBF16 : DType::kF32, a.shape());
+  // In place only in f32: across dtypes any overlap would read sums back as inputs.
+  expect_no_partial_overlap("add_rows", a, y, /*may_alias=*/!bf16_out);
   expect_no_partial_overlap("add_rows", row, y, /*may_alias=*/false);
   if (a.numel() == 0) return;
   const float* ap = a.data<float>();

@@ -17,12 +17,15 @@ namespace bev::cpu {
   throw Error(ErrorKind::kInvalidInput, what + " is " + got).where(op).expected(expected);
 }
 
-// t must be a contiguous host f32 tensor of exactly `shape` ("expected contiguous host f32[2, 3]").
-inline void expect_f32_shape(const char* op, const Tensor& t, const char* what, const Shape& shape) {
-  if (!t.defined() || t.dtype() != DType::kF32 || t.device() != Device::kCpu || t.shape() != shape ||
-      !t.is_contiguous()) {
-    bad_tensor(op, t, what, "contiguous host f32" + shape_str(shape));
+// t must be a contiguous host tensor of `dtype` and exactly `shape` ("expected contiguous host
+// f32[2, 3]").
+inline void expect_host_shape(const char* op, const Tensor& t, const char* what, DType dtype, const Shape& shape) {
+  if (!t.defined() || t.dtype() != dtype || t.device() != Device::kCpu || t.shape() != shape || !t.is_contiguous()) {
+    bad_tensor(op, t, what, std::string("contiguous host ") + dtype_name(dtype) + shape_str(shape));
   }
+}
+inline void expect_f32_shape(const char* op, const Tensor& t, const char* what, const Shape& shape) {
+  expect_host_shape(op, t, what, DType::kF32, shape);
 }
 
 // Whether two tensors' spans of bytes (from their first element, nbytes long: contiguous

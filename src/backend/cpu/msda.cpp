@@ -191,9 +191,6 @@ void build_tables(KernelArgs& p, const Workspace& ws, const SpatialShapes& shape
 
 // Scalar accumulation: one pass per corner over hd; the compiler vectorizes the inner loop with
 // the baseline ISA (SSE2).
-inline float widen(float v) { return v; }
-inline float widen(uint16_t v) { return bf16_to_float(v); }
-
 template <typename T>
 void accumulate_scalar(const KernelArgs& p, const Corners& c, const T* vbase, int64_t s_begin, int64_t s_end, float* o) {
   std::fill(o, o + p.hd, 0.0f);

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "backend/cpu/msda.h"
+#include "core/half.h"
 
 namespace bev::cpu::msda_detail {
 namespace {
@@ -92,13 +93,9 @@ BEV_AVX512 inline void load_row(const float* v, __mmask16 tail0, __mmask16 tail1
   lo = _mm512_maskz_loadu_ps(tail0, v);
   hi = _mm512_maskz_loadu_ps(tail1, v + 16);
 }
-// (maskz_ forms: GCC 12 warns on the _mm512_undefined source of the unmasked ones.)
-BEV_AVX512 inline __m512 widen_bf16(__m256i h) {
-  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16));
-}
 BEV_AVX512 inline void load_row(const uint16_t* v, __mmask16 tail0, __mmask16 tail1, __m512& lo, __m512& hi) {
-  lo = widen_bf16(_mm256_maskz_loadu_epi16(tail0, v));
-  hi = widen_bf16(_mm256_maskz_loadu_epi16(tail1, v + 16));
+  lo = bf16_to_float_x16(_mm256_maskz_loadu_epi16(tail0, v));
+  hi = bf16_to_float_x16(_mm256_maskz_loadu_epi16(tail1, v + 16));
 }
 
 // A bf16 row of 17-32 values in one 64-byte load, as f32 in pair order: `even` holds columns

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/cpu/kernel_check.h"
+#include "core/half.h"
 
 namespace bev::cpu {
 namespace {
@@ -75,16 +76,10 @@ void pool_pixel_scalar(const float* const* taps, int n_taps, int64_t C, float* o
   }
 }
 
-// bf16 maps (the stem's output in bf16 precision): compared as f32, stored back by dropping the
-// low half, which is exact because every value came from bf16 (the max of rounded values is
-// the rounded max: rounding is monotone, so this equals pooling in f32 and rounding after).
-inline float widen(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
+// bf16 maps (the stem's output in bf16 precision): compared as f32 (widen, core/half.h), stored
+// back by dropping the low half, which is exact because every value came from bf16 (the max of
+// rounded values is the rounded max: rounding is monotone, so this equals pooling in f32 and
+// rounding after).
 inline uint16_t narrow(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
@@ -106,8 +101,7 @@ __attribute__((target("avx512f"))) void pool_pixel_bf16_avx512(const uint16_t* c
     __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     for (int t = 0; t < n_taps; ++t) {
       const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(taps[t] + c));
-      // The maskz forms with a full mask: GCC 12 flags the plain forms' undefined pass-through.
-      const __m512 v = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, raw), 16));
+      const __m512 v = bf16_to_float_x16(raw);
       const __mmask16 take = _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
       m = _mm512_mask_mov_ps(m, take, v);
     }
