@@ -104,9 +104,9 @@ PY
 mkdir -p "$work/seeds/fuzz_stream_handoff"
 printf 'BEVHIST1\x01\x00\x00\x00\x07\x00\x00\x00' >"$work/seeds/fuzz_stream_handoff/header"
 head -c 120 /dev/zero >>"$work/seeds/fuzz_stream_handoff/header"
-# fuzz_calibration: a calibration file with a u8 and an s8 range.
+# fuzz_calibration: a calibration file with a u8 and an s8 input range and an output range.
 mkdir -p "$work/seeds/fuzz_calibration"
-printf '{"format": "bevformer-calibration-v1", "model": "bevfp1-0", "config": "tiny", "frames": 2, "ranges": {"img_backbone.layer1.0.conv1": {"min": 0.0, "max": 4.75}, "img_neck.fpn_convs.0": {"min": -2.5, "max": 3e-3}}}' \
+printf '{"format": "bevformer-calibration-v2", "model": "bevfp1-0", "config": "tiny", "frames": 2, "ranges": {"img_backbone.layer1.0.conv1": {"min": 0.0, "max": 4.75}, "img_neck.fpn_convs.0": {"min": -2.5, "max": 3e-3}}, "outputs": {"img_backbone.layer1.0.downsample": {"min": -1.5, "max": 2.0}}}' \
   >"$work/seeds/fuzz_calibration/calibration.json"
 targets=(fuzz_pth fuzz_safetensors fuzz_pickle fuzz_frame_json fuzz_pandaset fuzz_server_request fuzz_eval_results fuzz_http_connection
   fuzz_oip_request fuzz_stream_handoff fuzz_calibration)

@@ -28,9 +28,9 @@ using test::expect_invalid_input;
 
 const std::string kMicro = std::string(BEV_SHARED_DIR) + "/golden/micro";
 
-std::string valid_json(const std::string& ranges) {
-  return R"({"format": "bevformer-calibration-v1", "model": "m", "config": "tiny", "frames": 2, "ranges": )" + ranges +
-         "}";
+std::string valid_json(const std::string& ranges, const std::string& outputs = R"({"a": {"min": -1, "max": 2}})") {
+  return R"({"format": "bevformer-calibration-v2", "model": "m", "config": "tiny", "frames": 2, "ranges": )" + ranges +
+         R"(, "outputs": )" + outputs + "}";
 }
 
 TEST(Calibration, RoundTripsThroughItsFile) {
@@ -41,6 +41,8 @@ TEST(Calibration, RoundTripsThroughItsFile) {
   c.observe("img_backbone.layer1.0.conv1", 0, 2.5);
   c.observe("img_backbone.layer1.0.conv1", 0.5, 7.125);  // widens the max only
   c.observe("img_neck.fpn_convs.0", -3.0000001, 1e-3);
+  c.observe_output("img_backbone.layer1.0.downsample", -2.5, 1.25);
+  c.observe_output("img_backbone.layer1.0.downsample", -0.5, 3.75);  // widens the max only
   const Calibration back = Calibration::parse(c.dump(), "test");
   EXPECT_EQ(back.model, c.model);
   EXPECT_EQ(back.config, "tiny");
@@ -49,6 +51,9 @@ TEST(Calibration, RoundTripsThroughItsFile) {
   EXPECT_EQ(back.ranges.at("img_backbone.layer1.0.conv1").min, 0);
   EXPECT_EQ(back.ranges.at("img_backbone.layer1.0.conv1").max, 7.125);
   EXPECT_EQ(back.ranges.at("img_neck.fpn_convs.0").min, -3.0000001);  // doubles survive the text
+  ASSERT_EQ(back.outputs.size(), 1u);
+  EXPECT_EQ(back.outputs.at("img_backbone.layer1.0.downsample").min, -2.5);
+  EXPECT_EQ(back.outputs.at("img_backbone.layer1.0.downsample").max, 3.75);
 
   testing::TempDir dir;
   const std::string path = dir.file("calib.json");
@@ -73,6 +78,12 @@ TEST(Calibration, StepsFollowTheRange) {
   EXPECT_EQ(c.quantized("zero", {}, "t").int8_step, 1.0f);
   EXPECT_EQ(c.quantized("denormal", {}, "t").int8_step, 1.0f);  // not a step whose inverse is inf
   expect_invalid_input([&] { c.quantized("img_neck.fpn_convs.3", {}, "calib.json"); }, "img_neck.fpn_convs.3");
+  // Output steps: s8 codes without a ReLU (the downsample's identity), u8 after one.
+  c.observe_output("signed", -2.54, 1.0);
+  c.observe_output("relu", 0, 5.1);
+  EXPECT_FLOAT_EQ(c.output_step("signed", /*relu=*/false, "t"), 2.54f / 127);
+  EXPECT_FLOAT_EQ(c.output_step("relu", /*relu=*/true, "t"), 5.1f / 255);
+  expect_invalid_input([&] { c.output_step("zero", false, "calib.json"); }, "no output range for conv 'zero'");
 }
 
 TEST(Calibration, BadFilesAreRefusedSayingWhy) {
@@ -80,6 +91,14 @@ TEST(Calibration, BadFilesAreRefusedSayingWhy) {
   expect_invalid_input([] { Calibration::parse("[1]", "f.json"); }, "not an object");
   expect_invalid_input([] { Calibration::parse(R"({"format": "other"})", "f.json"); }, "format");
   expect_invalid_input([] { Calibration::parse(valid_json("{}"), "f.json"); }, "ranges");
+  expect_invalid_input([] { Calibration::parse(valid_json(R"({"a": {"min": 0, "max": 1}})", "{}"), "f.json"); },
+                       "\"outputs\" is not an object");
+  expect_invalid_input([] { Calibration::parse(valid_json(R"({"a": {"min": 0, "max": 1}})", R"({"b": {"min": 2, "max": 1}})"),
+                                               "f.json"); },
+                       "above max");
+  // The first format (no output ranges) is told apart from garbage: calibrate again.
+  std::string v1 = R"({"format": "bevformer-calibration-v1", "model": "m", "config": "tiny", "frames": 2, "ranges": {}})";
+  expect_invalid_input([&] { Calibration::parse(v1, "f.json"); }, "bevformer calibrate` again");
   expect_invalid_input([] { Calibration::parse(valid_json(R"({"a": {"min": 1, "max": 0}})"), "f.json"); }, "above max");
   expect_invalid_input([] { Calibration::parse(valid_json(R"({"a": {"min": 0}})"), "f.json"); }, "a.max is missing");
   expect_invalid_input([] { Calibration::parse(valid_json(R"({"a": {"min": 0, "max": "7"}})"), "f.json"); }, "a.max");
@@ -141,7 +160,13 @@ TEST(Calibration, TheDecoratorSeesEveryConvAndTheSignOfItsInput) {
                             "img_neck.lateral_convs.0", "img_neck.fpn_convs.0"}) {
     ASSERT_TRUE(c.ranges.count(label)) << label;
     EXPECT_LT(c.ranges.at(label).min, c.ranges.at(label).max) << label;
+    ASSERT_TRUE(c.outputs.count(label)) << label;
+    EXPECT_LT(c.outputs.at(label).min, c.outputs.at(label).max) << label;
   }
+  // A conv's output is the next one's input: conv1's ReLU'd output is what conv2 read.
+  EXPECT_EQ(c.outputs.at("img_backbone.layer1.0.conv1").min, c.ranges.at("img_backbone.layer1.0.conv2").min);
+  EXPECT_EQ(c.outputs.at("img_backbone.layer1.0.conv1").max, c.ranges.at("img_backbone.layer1.0.conv2").max);
+  EXPECT_LT(c.outputs.at("img_backbone.layer1.0.downsample").min, 0);  // no ReLU: s8 codes
   // After a ReLU (u8) or not (s8): the stem reads normalized pixels, the FPN output convs sums.
   EXPECT_GE(c.ranges.at("img_backbone.layer1.0.conv2").min, 0);
   EXPECT_GE(c.ranges.at("img_neck.lateral_convs.0").min, 0);
@@ -162,13 +187,14 @@ TEST(Int8, IsRefusedWithoutAFittingCalibration) {
   other.config = "micro";
   other.frames = 1;
   other.observe("img_backbone.layer1.0.conv1", 0, 1);
+  other.observe_output("img_backbone.layer1.0.conv1", 0, 1);
   o.calibration = dir.file("other.json");
   other.save(o.calibration);
   expect_invalid_input([&] { Engine::create(m.cfg, m.ck, o); }, "bevfp1-another");
 
   other.model = calibration_model_id(m.cfg, m.ck);  // the right model, but ranges missing
   other.save(o.calibration);
-  expect_invalid_input([&] { Engine::create(m.cfg, m.ck, o); }, "no range for conv");
+  expect_invalid_input([&] { Engine::create(m.cfg, m.ck, o); }, "no input range for conv");
 
   o.backend_options.precision = Precision::kF32;  // a calibration f32 would ignore
   expect_invalid_input([&] { Engine::create(m.cfg, m.ck, o); }, "--precision int8");
@@ -183,11 +209,11 @@ double stage_error(const GoldenFrameResult& f, const std::string& name) {
 }
 
 TEST(Int8, GoldenMicroStaysWithinItsBoundsStageByStage) {
-  // Every backbone conv in int8 (per-output-channel weight steps, the calibrated
-  // input step), everything else f32; calibrated on the set's own three frames. The bounds are
-  // 8-bit quantization's: each int8 conv adds about step / sqrt(12) per input, ~0.5% of an
-  // activation's range; 3e-2 allows for the few convs that compound within the backbone, 1e-2
-  // for the f32 stages after it. Measured on the Xeon: docs/PERF.md "int8 precision".
+  // Every backbone conv in int8 (per-output-channel weight steps, the calibrated input step;
+  // u8 codes between blocks too), everything else f32; calibrated on the set's own three frames.
+  // The bounds are 8-bit quantization's: each int8 conv adds about step / sqrt(12) per input,
+  // ~0.5% of an activation's range; 3e-2 allows for the convs that compound within the backbone,
+  // 1e-2 for the f32 stages after it. Measured: docs/PERF.md "int8 precision".
   if (!cpu::has_int8_dot()) GTEST_SKIP() << "this CPU has no exact int8 dot product";
   GoldenOptions o;
   o.threads = 2;

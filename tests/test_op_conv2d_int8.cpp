@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -243,9 +244,111 @@ TEST(Conv2dInt8, U8OutputsAreTheCodesOfTheF32Output) {
   }
   Conv2dAttrs no_relu = au8;
   no_relu.relu = false;
-  test::expect_invalid_input([&] { Conv2dInt8(w, &b, no_relu, DType::kU8, 0.0371f); }, "without ReLU");
+  EXPECT_EQ(Conv2dInt8(w, &b, no_relu, DType::kU8, 0.0371f).out(), DType::kI8);  // codes without a ReLU are signed
   Tensor wrong = Tensor::empty(out, DType::kF32);
   test::expect_invalid_input([&] { u8_out.run(qx, nullptr, wrong); }, "output");
+}
+
+// The codes q of the f32 output y at `step`: saturate(nearbyint(y / step)) over u8 or s8, one
+// off only within 1e-4 of a tie (the f32 roundings before the code, as above). Returns how many
+// values saturated.
+int64_t expect_codes_of(const Tensor& y, const Tensor& q, float step, const std::string& what) {
+  const bool u8 = q.dtype() == DType::kU8;
+  const double lo = u8 ? 0.0 : -128.0, hi = u8 ? 255.0 : 127.0;
+  int64_t exact = 0, saturated = 0;
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    const double v = y.data<float>()[i] / static_cast<double>(step);
+    const double want = std::clamp(std::nearbyint(v), lo, hi);
+    const int64_t got = int_at(q, i);
+    saturated += v > hi + 0.5 || v < lo - 0.5;
+    if (got == want) {
+      ++exact;
+    } else {
+      EXPECT_LE(std::fabs(static_cast<double>(got) - want), 1) << what << " at " << i;
+      EXPECT_LE(std::fabs(v - std::floor(v) - 0.5), 1e-4) << what << ": code " << got << " for y / step = " << v;
+    }
+  }
+  EXPECT_GT(exact, y.numel() * 99 / 100) << what;
+  return saturated;
+}
+
+// Codes in and out of a ResNet block in int8 precision: an s8 output without a ReLU (the
+// downsample's identity), and a conv whose residual is int8 codes of another step (a block's u8
+// input, the downsample's s8 output) under a u8 output, in place or apart, or under an f32 output.
+// Each equals the f32-output conv run on the residual's f32 value (step x code), then coded.
+TEST(Conv2dInt8, CodesInTheResidualAndTheOutput) {
+  if (!has_int8_dot()) GTEST_SKIP() << "no exact int8 dot product on this CPU (" << isa_name() << ")";
+  std::mt19937 rng(11);
+  const Tensor w = random_tensor({40, 24, 1, 1}, rng, -0.5f, 0.5f);
+  const Tensor b = random_tensor({40}, rng, -3.0f, 3.0f);
+  const Tensor qx = random_ints({2, 7, 9, 24}, DType::kU8, rng);
+  const float act_scale = 0.0371f;
+  const Shape out = {2, 7, 9, 40};
+
+  // s8 output, no ReLU: the codes of the f32 output, negatives included.
+  Conv2dAttrs plain;
+  const Conv2dInt8 f32_plain(w, &b, plain, DType::kU8, act_scale);
+  Conv2dAttrs s8a = plain;
+  s8a.int8_out_step = 0.061f;
+  const Conv2dInt8 s8_out(w, &b, s8a, DType::kU8, act_scale);
+  EXPECT_EQ(s8_out.out(), DType::kI8);
+  Tensor y = Tensor::empty(out, DType::kF32), q = Tensor::empty(out, DType::kI8);
+  f32_plain.run(qx, nullptr, y);
+  s8_out.run(qx, nullptr, q);
+  EXPECT_GT(expect_codes_of(y, q, s8a.int8_out_step, "s8 output"), 0);  // both ends saturate somewhere
+
+  Conv2dAttrs res;
+  res.relu = res.residual = true;
+  const Conv2dInt8 f32_res(w, &b, res, DType::kU8, act_scale);
+  for (const DType res_dt : {DType::kU8, DType::kI8}) {
+    const float res_step = res_dt == DType::kU8 ? 0.047f : 0.083f;
+    const Tensor codes = random_ints(out, res_dt, rng);
+    Tensor res_f32 = Tensor::empty(out, DType::kF32);
+    for (int64_t i = 0; i < codes.numel(); ++i) res_f32.data<float>()[i] = res_step * static_cast<float>(int_at(codes, i));
+    Conv2dAttrs a = res;
+    a.int8_residual_step = res_step;
+    a.int8_residual_unsigned = res_dt == DType::kU8;
+    // The reference: the f32 output over the dequantized residual (checked against integers above).
+    Tensor want = res_f32.clone();
+    f32_res.run(qx, &want, want);
+    for (const int threads : {1, 2}) {
+      ThreadsGuard guard(threads);
+      const std::string what = std::string(dtype_name(res_dt)) + " residual, " + std::to_string(threads) + " threads";
+      // Under an f32 output: dequantized into the output, then summed.
+      const Conv2dInt8 to_f32(w, &b, a, DType::kU8, act_scale);
+      Tensor yf = Tensor::empty(out, DType::kF32);
+      to_f32.run(qx, &codes, yf);
+      double worst = 0;
+      for (int64_t i = 0; i < yf.numel(); ++i) {
+        worst = std::max(worst, std::fabs(static_cast<double>(yf.data<float>()[i]) - want.data<float>()[i]) /
+                                    (1.0 + std::fabs(want.data<float>()[i])));
+      }
+      EXPECT_LE(worst, 1e-5) << what << ", f32 output";
+      // Under a u8 output: in place (the output buffer holds the residual's codes) and apart.
+      Conv2dAttrs au8 = a;
+      au8.int8_out_step = 0.109f;
+      const Conv2dInt8 to_u8(w, &b, au8, DType::kU8, act_scale);
+      Tensor in_place = Tensor::empty(out, DType::kU8);
+      std::memcpy(in_place.raw_data(), codes.raw_data(), codes.nbytes());
+      const Tensor residual_view = Tensor::view_of(in_place.storage(), res_dt, out, in_place.strides(), 0);
+      to_u8.run(qx, &residual_view, in_place);
+      expect_codes_of(want, in_place, au8.int8_out_step, what + ", u8 output in place");
+      Tensor apart = Tensor::empty(out, DType::kU8);
+      to_u8.run(qx, &codes, apart);
+      EXPECT_EQ(std::memcmp(apart.raw_data(), in_place.raw_data(), apart.nbytes()), 0) << what << ", apart";
+      // An int8 residual cannot lie in an f32 output's buffer, nor an f32 one be given for codes.
+      Tensor f32_view = Tensor::empty(out, DType::kF32);
+      const Tensor codes_in_f32 = Tensor::view_of(f32_view.storage(), res_dt, out, contiguous_strides(out), 0);
+      test::expect_invalid_input([&] { to_f32.run(qx, &codes_in_f32, f32_view); }, "residual");
+      test::expect_invalid_input([&] { to_u8.run(qx, &res_f32, apart); }, "residual");
+    }
+  }
+  Conv2dAttrs no_residual = plain;
+  no_residual.int8_residual_step = 0.5f;
+  test::expect_invalid_input([&] { Conv2dInt8(w, &b, no_residual, DType::kU8, act_scale); }, "without a residual");
+  Conv2dAttrs bad_step = res;
+  bad_step.int8_residual_step = -1.0f;
+  test::expect_invalid_input([&] { Conv2dInt8(w, &b, bad_step, DType::kU8, act_scale); }, "int8 residual");
 }
 
 INSTANTIATE_TEST_SUITE_P(Activations, Conv2dInt8Cases, ::testing::Values(DType::kU8, DType::kI8),

@@ -342,6 +342,36 @@ TEST(MaxPool, ChunksAcrossImagesAgree) {
 }
 
 // bf16 maps: exactly the f32 pool of the same values, rounded (here: already on the bf16 grid).
+// u8 codes (int8 precision's stem): exactly the f32 pool of the same values, through the vector
+// path (64 channels a vector, a masked tail) and the scalar one; codes up to 255 and down to 0.
+TEST(MaxPool, U8EqualsF32PoolOfTheSameValues) {
+  std::mt19937 rng(8);
+  std::uniform_int_distribution<int> code(0, 255);
+  ThreadPool pool(2);
+  for (int64_t h : {1, 3, 8, 9}) {
+    for (int64_t w : {1, 5, 6}) {
+      for (int64_t c : {1, 17, 64, 131}) {  // a tail only, one vector, two vectors and a tail
+        Tensor x8 = Tensor::empty({2, h, w, c}, DType::kU8);
+        for (int64_t i = 0; i < x8.numel(); ++i) x8.data<uint8_t>()[i] = static_cast<uint8_t>(code(rng));
+        Tensor x = Tensor::empty(x8.shape(), DType::kF32);
+        for (int64_t i = 0; i < x8.numel(); ++i) x.data<float>()[i] = x8.data<uint8_t>()[i];
+        const Shape ys = max_pool2d_3x3_s2_p1_shape(x.shape());
+        Tensor y = Tensor::empty(ys, DType::kF32), y8 = Tensor::empty(ys, DType::kU8);
+        max_pool2d_3x3_s2_p1(x, y, &pool);
+        max_pool2d_3x3_s2_p1(x8, y8, &pool);
+        for (int64_t i = 0; i < y.numel(); ++i) {
+          ASSERT_EQ(y.data<float>()[i], y8.data<uint8_t>()[i]) << h << "x" << w << "x" << c << " at " << i;
+        }
+      }
+    }
+  }
+  Tensor x8 = Tensor::zeros({1, 3, 3, 4}, DType::kU8);
+  Tensor f32_out = Tensor::empty({1, 2, 2, 4}, DType::kF32);
+  EXPECT_THROW(max_pool2d_3x3_s2_p1(x8, f32_out), Error);  // the output takes the input's dtype
+  Tensor s8 = Tensor::zeros({1, 3, 3, 4}, DType::kI8), s8_out = Tensor::empty({1, 2, 2, 4}, DType::kI8);
+  EXPECT_THROW(max_pool2d_3x3_s2_p1(s8, s8_out), Error);  // s8 codes never reach a pool
+}
+
 TEST(MaxPool, Bf16EqualsF32PoolOfTheSameValues) {
   std::mt19937 rng(6);
   ThreadPool pool(2);

@@ -74,7 +74,7 @@ CalibrateReport run_calibrate(const CalibrateOptions& o) {
 
 std::string format_calibrate(const CalibrateReport& r) {
   return "calibration of " + r.config + " (" + r.weights + ", model " + r.model + ")\n" + std::to_string(r.convs) +
-         " conv input ranges over " + std::to_string(r.frames) + " frame(s) in " + std::to_string(r.seconds) +
+         " convs' input and output ranges over " + std::to_string(r.frames) + " frame(s) in " + std::to_string(r.seconds) +
          " s\nwritten to " + r.output + "\n";
 }
 

@@ -84,9 +84,14 @@ struct Conv2dAttrs {
   // never negative) or s8. 0: the conv runs in f32.
   float int8_step = 0;
   bool int8_unsigned = false;
-  // int8 precision, a conv with ReLU and no residual: its output as u8 codes of this step (the
-  // next conv's input step), so that a chain of convs stays int8. 0: f32 output.
+  // int8 precision: the output as int8 codes of this step (the next conv's input step), so that
+  // a chain of convs stays int8: u8 after a ReLU, else s8 (the downsample's identity). 0: f32.
   float int8_out_step = 0;
+  // int8 precision, with `residual`: the residual is int8 codes of this step, u8 or s8 as
+  // int8_residual_unsigned says (a block's u8 input, or the downsample's s8 output). 0: the
+  // residual is f32.
+  float int8_residual_step = 0;
+  bool int8_residual_unsigned = false;
 };
 
 // Conv2dAttrs' geometry, the one rule Ops and every backend's convolutions share: stride,

@@ -131,8 +131,11 @@ bool bottleneck_attrs_fusable(const Conv2dAttrs& c1, const Conv2dAttrs& c2, cons
     return a.stride_h == 1 && a.stride_w == 1 && a.dilation_h == 1 && a.dilation_w == 1 && a.groups == 1 &&
            a.pad_h == pad && a.pad_w == pad && a.relu == relu && a.residual == residual;
   };
+  // The fused block reads and writes float activations: a block whose input and output are int8
+  // codes (int8 precision) runs conv by conv.
+  const bool float_io = c3.int8_out_step == 0 && c3.int8_residual_step == 0 && (!ds || ds->int8_out_step == 0);
   return plain(c1, 0, true, false) && plain(c2, 1, true, false) && plain(c3, 0, true, true) &&
-         (!ds || plain(*ds, 0, false, false));
+         (!ds || plain(*ds, 0, false, false)) && float_io;
 }
 
 bool Ops::bottleneck_fusable(const PreparedWeights& conv1, const PreparedWeights& conv2, const PreparedWeights& conv3,
@@ -228,8 +231,9 @@ Tensor Ops::conv2d(const Tensor& x, const PreparedWeights& w, const Tensor* resi
   return conv2d_impl(x, w, residual, std::move(label), out, /*over_residual=*/false);
 }
 
-Tensor Ops::conv2d_over_residual(const Tensor& x, const PreparedWeights& w, const Tensor& residual, std::string label) {
-  return conv2d_impl(x, w, &residual, std::move(label), residual.dtype(), /*over_residual=*/true);
+Tensor Ops::conv2d_over_residual(const Tensor& x, const PreparedWeights& w, const Tensor& residual, std::string label,
+                                 std::optional<DType> out) {
+  return conv2d_impl(x, w, &residual, std::move(label), out.value_or(residual.dtype()), /*over_residual=*/true);
 }
 
 Tensor Ops::conv2d_impl(const Tensor& x, const PreparedWeights& w, const Tensor* residual, std::string label, DType out,
@@ -238,19 +242,26 @@ Tensor Ops::conv2d_impl(const Tensor& x, const PreparedWeights& w, const Tensor*
   expect_prepared_by("conv2d", label, w, backend_);
   const auto& a = std::get<Conv2dAttrs>(w.attrs);
   const bool bf16 = backend_.precision() == Precision::kBF16;
-  // int8 precision: a conv with an int8 input step may read its u8 codes, one with an output
-  // step writes them (Conv2dAttrs); every other activation is f32.
-  const bool u8_in = a.int8_step > 0 && a.int8_unsigned, u8_out = a.int8_out_step > 0;
+  // int8 precision: a conv with an int8 input step may read its codes (u8 or s8), one with an
+  // output step writes them (u8 after a ReLU, else s8), one with a residual step adds them
+  // (Conv2dAttrs); every other activation is f32.
+  const bool int8_in = a.int8_step > 0, int8_out = a.int8_out_step > 0, int8_res = a.int8_residual_step > 0;
+  const DType in_codes = a.int8_unsigned ? DType::kU8 : DType::kI8;
+  const DType out_codes = a.relu ? DType::kU8 : DType::kI8;
+  const DType res_codes = a.int8_residual_unsigned ? DType::kU8 : DType::kI8;
   const char* want = bf16 ? "f32 or bf16" : "f32 (bf16 activations need bf16 precision)";
-  if (!(x.dtype() == DType::kF32 || (bf16 && x.dtype() == DType::kBF16) || (u8_in && x.dtype() == DType::kU8))) {
-    shape_error("conv2d", label, "input is " + x.describe(), u8_in ? "f32 or u8" : want);
+  if (!(x.dtype() == DType::kF32 || (bf16 && x.dtype() == DType::kBF16) || (int8_in && x.dtype() == in_codes))) {
+    shape_error("conv2d", label, "input is " + x.describe(),
+                int8_in ? std::string("f32 or ") + dtype_name(in_codes) + " (the conv's int8 input)" : want);
   }
-  if (residual && !(residual->dtype() == DType::kF32 || (bf16 && residual->dtype() == DType::kBF16))) {
-    shape_error("conv2d", label, "residual is " + residual->describe(), want);
+  if (residual && (int8_res ? residual->dtype() != res_codes
+                            : !(residual->dtype() == DType::kF32 || (bf16 && residual->dtype() == DType::kBF16)))) {
+    shape_error("conv2d", label, "residual is " + residual->describe(),
+                int8_res ? std::string(dtype_name(res_codes)) + " (the conv was prepared with an int8 residual step)" : want);
   }
-  if (u8_out ? out != DType::kU8 : !(out == DType::kF32 || (bf16 && out == DType::kBF16))) {
+  if (int8_out ? out != out_codes : !(out == DType::kF32 || (bf16 && out == DType::kBF16))) {
     shape_error("conv2d", label, std::string("output dtype ") + dtype_name(out) + " requested",
-                u8_out ? "u8 (the conv was prepared with an int8 output step)" : want);
+                int8_out ? std::string(dtype_name(out_codes)) + " (the conv was prepared with an int8 output step)" : want);
   }
   const Shape& ws = w.weight_shape;  // O, I/groups, kh, kw
   if (x.size(3) != ws[1] * a.groups) {
@@ -261,13 +272,21 @@ Tensor Ops::conv2d_impl(const Tensor& x, const PreparedWeights& w, const Tensor*
   const int64_t wo = conv_out_extent(x.size(2), static_cast<int>(ws[3]), a.stride_w, a.pad_w, a.dilation_w);
   if (ho <= 0 || wo <= 0) shape_error("conv2d", label, "input " + x.describe() + " is smaller than the kernel", "a larger map");
   const Shape out_shape = {x.size(0), ho, wo, ws[0]};
+  Tensor y;
   if (over_residual) {
-    if (!residual || residual->shape() != out_shape || residual->dtype() != out || !residual->is_contiguous()) {
+    // The output takes the residual's memory; int8 codes may change their signedness there (a
+    // u8 block output over the downsample's s8 identity): the same bytes, read as `out`.
+    const bool same_bytes = residual && (residual->dtype() == out || (int8_res && int8_out));
+    if (!same_bytes || residual->shape() != out_shape || !residual->is_contiguous()) {
       shape_error("conv2d", label, "residual " + (residual ? residual->describe() : std::string("missing")) +
                   " cannot take the output", std::string("a contiguous ") + dtype_name(out) + shape_str(out_shape));
     }
+    y = residual->dtype() == out ? *residual
+                                 : Tensor::view_of(residual->storage(), out, out_shape, residual->strides(), residual->offset());
+  } else {
+    y = output(out_shape, out);
   }
-  OpNode n{OpKind::conv2d, std::move(label), w.attrs, {x}, {over_residual ? *residual : output(out_shape, out)}, w.state};
+  OpNode n{OpKind::conv2d, std::move(label), w.attrs, {x}, {y}, w.state};
   n.weight_shape = ws;
   if (a.residual) {
     if (!residual) shape_error("conv2d", n.label, "no residual given", "a residual tensor (attrs.residual is set)");

@@ -69,8 +69,10 @@ class Ops {
                 DType out = DType::kF32);
   // The same with the output written over the residual (which must have the output's dtype and
   // not be read afterwards): the sum post-op then adds in place instead of copying the residual
-  // into a fresh output first (5-35% of a ResNet expand conv's time).
-  Tensor conv2d_over_residual(const Tensor& x, const PreparedWeights& w, const Tensor& residual, std::string label);
+  // into a fresh output first (5-35% of a ResNet expand conv's time). `out`, when given, may
+  // differ from an int8 residual's dtype in signedness only (int8 codes: u8 over s8).
+  Tensor conv2d_over_residual(const Tensor& x, const PreparedWeights& w, const Tensor& residual, std::string label,
+                              std::optional<DType> out = std::nullopt);
   // x and `out` (y's dtype): f32, or bf16 when the backend runs in bf16 (conv1's output, which the
   // offset conv also reads; conv3 reads y). offset_mask is f32.
   Tensor deform_conv2d(const Tensor& x, const Tensor& offset_mask, const PreparedWeights& w, std::string label = {},

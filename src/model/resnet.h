@@ -24,11 +24,17 @@ struct BottleneckWeights {
   // The dtype of conv1's and conv2's outputs: bf16 in bf16 precision, u8 codes in int8 precision
   // (conv1 and conv2 then write the next conv's int8 input), else f32.
   DType inner = DType::kF32;
+  // The block output's dtype: f32 where the neck reads it, else bf16 in bf16 precision and u8
+  // codes of the next block's input step in int8 precision; and the downsample's (s8 codes when
+  // the output is u8).
+  DType out = DType::kF32;
+  DType identity = DType::kF32;
 };
 
 // img_backbone
 struct ResNetWeights {
   PreparedWeights stem;                              // .conv1 + .bn1, ReLU
+  DType stem_out = DType::kF32;                      // bf16 in bf16 precision, u8 (layer1's input codes) in int8
   std::vector<std::vector<BottleneckWeights>> stages;  // .layer1 ... .layer4
 };
 

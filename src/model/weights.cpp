@@ -29,14 +29,23 @@ Tensor WeightSource::get(const std::string& name) const {
   return t->dtype() == DType::kF32 ? t->contiguous() : t->to(DType::kF32);
 }
 
-Conv2dAttrs WeightSource::int8_input(Ops& ops, const std::string& label, Conv2dAttrs attrs) const {
-  if (ops.backend().precision() != Precision::kInt8) return attrs;
+const Calibration& WeightSource::calibration() const {
   if (calibration_ == nullptr) {
     throw Error(ErrorKind::kInvalidInput, "int8 precision without a calibration")
         .expected("the activation ranges of these weights (--calibration FILE)")
         .hint("make the file once with `bevformer calibrate --config C --weights W -o FILE`");
   }
-  return calibration_->quantized(label, attrs, calibration_source_.empty() ? "calibration" : calibration_source_);
+  return *calibration_;
+}
+
+Conv2dAttrs WeightSource::int8_input(Ops& ops, const std::string& label, Conv2dAttrs attrs) const {
+  if (ops.backend().precision() != Precision::kInt8) return attrs;
+  return calibration().quantized(label, attrs, calibration_source_.empty() ? "calibration" : calibration_source_);
+}
+
+float WeightSource::int8_output_step(Ops& ops, const std::string& label, bool relu) const {
+  if (ops.backend().precision() != Precision::kInt8) return 0;
+  return calibration().output_step(label, relu, calibration_source_.empty() ? "calibration" : calibration_source_);
 }
 
 LayerNormWeights load_layer_norm(Ops& ops, const WeightSource& w, const std::string& prefix) {

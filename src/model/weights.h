@@ -29,8 +29,13 @@ class WeightSource {
   // with the calibrated input step; otherwise unchanged. Error(kInvalidInput) in int8 precision
   // without a calibration or without a range for `label`.
   Conv2dAttrs int8_input(Ops& ops, const std::string& label, Conv2dAttrs attrs) const;
+  // In int8 precision the step of conv `label`'s output as int8 codes (Calibration::output_step),
+  // else 0; the same errors.
+  float int8_output_step(Ops& ops, const std::string& label, bool relu) const;
 
  private:
+  const Calibration& calibration() const;
+
   const Checkpoint& checkpoint_;
   const Calibration* calibration_;
   std::string calibration_source_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "bevformer/error.h"
 #include "runtime/engine.h"
@@ -9,14 +10,14 @@
 
 namespace bev {
 
-void CalibratingBackend::run(const OpNode& node) {
-  inner_.run(node);
-  if (node.kind != OpKind::conv2d || node.inputs.empty()) return;
-  // Host memory (the CPU backend's) is read where it is; any other backend's through a copy.
-  const Tensor& in = node.inputs[0];
-  const Tensor x = in.device() == Device::kCpu && in.is_contiguous() ? in : inner_.read(in);
+namespace {
+
+// [min, max] of an f32 tensor the backend holds (host memory read where it is, any other
+// backend's through a copy); Error(kInvalidInput) when a value is not finite.
+std::pair<float, float> range_of(Backend& backend, const Tensor& t, const std::string& label, const char* what) {
+  const Tensor x = t.device() == Device::kCpu && t.is_contiguous() ? t : backend.read(t);
   if (x.dtype() != DType::kF32) {
-    throw Error(ErrorKind::kInternal, "calibrating conv '" + node.label + "' on a " + dtype_name(x.dtype()) + " input")
+    throw Error(ErrorKind::kInternal, "calibrating conv '" + label + "' on a " + dtype_name(x.dtype()) + " " + what)
         .expected("an f32 model");
   }
   const float* p = x.data<float>();
@@ -26,10 +27,21 @@ void CalibratingBackend::run(const OpNode& node) {
     hi = std::max(hi, p[i]);
   }
   if (!std::isfinite(lo) || !std::isfinite(hi)) {
-    throw Error(ErrorKind::kInvalidInput, "the input of conv '" + node.label + "' is not finite")
+    throw Error(ErrorKind::kInvalidInput, "the " + std::string(what) + " of conv '" + label + "' is not finite")
         .expected("frames whose activations stay within float32");
   }
-  sink_->observe(node.label, lo, hi);
+  return {lo, hi};
+}
+
+}  // namespace
+
+void CalibratingBackend::run(const OpNode& node) {
+  inner_.run(node);
+  if (node.kind != OpKind::conv2d || node.inputs.empty() || node.outputs.empty()) return;
+  const auto [in_lo, in_hi] = range_of(inner_, node.inputs[0], node.label, "input");
+  const auto [out_lo, out_hi] = range_of(inner_, node.outputs[0], node.label, "output");
+  sink_->observe(node.label, in_lo, in_hi);
+  sink_->observe_output(node.label, out_lo, out_hi);
 }
 
 Calibration measure_calibration(const ModelConfig& cfg, const Checkpoint& checkpoint, const EngineOptions& options,

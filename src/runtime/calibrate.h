@@ -1,5 +1,6 @@
 // Measuring int8 precision's calibration (model/calibration.h): a model run in f32, eagerly and
-// conv by conv, through a backend decorator that widens each conv's input range as the op runs.
+// conv by conv, through a backend decorator that widens each conv's input and output ranges as
+// the op runs.
 // Engine::create inserts it when EngineOptions::record_calibration is set; `bevformer calibrate`
 // (api/calibrate_api.cpp) drives frames through such an engine and saves what it saw.
 #pragma once
@@ -18,7 +19,7 @@ namespace bev {
 
 class CalibratingBackend final : public ForwardingBackend {
  public:
-  // Ranges go into *sink, under each conv2d's op label.
+  // Input and output ranges go into *sink, under each conv2d's op label.
   CalibratingBackend(Backend& inner, Calibration* sink) : ForwardingBackend(inner), sink_(sink) {}
 
   // Never: a fused block would hide the inputs of its conv2 and conv3.

@@ -300,8 +300,9 @@ Conv2d::Conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs&
     invalid("weight is " + weight_oihw.describe() + " with groups " + std::to_string(attrs.groups),
             "non-empty extents and O divisible by groups");
   }
-  if (attrs.int8_step == 0 && (attrs.int8_out_step != 0 || attrs.int8_unsigned)) {
-    invalid("an int8 output step or u8 input without an int8 input step", "int8_step > 0 with them");
+  if (attrs.int8_step == 0 && (attrs.int8_out_step != 0 || attrs.int8_unsigned || attrs.int8_residual_step != 0 ||
+                               attrs.int8_residual_unsigned)) {
+    invalid("an int8 output, residual or u8 input without an int8 input step", "int8_step > 0 with them");
   }
   if (attrs.int8_step != 0) {
     if (precision != Precision::kInt8) {
@@ -414,7 +415,7 @@ std::string Conv2d::impl_name(const Shape& in) const {
 
 void Conv2d::run(const Tensor& x, const Tensor* residual, Tensor& y, int lane) const {
   State& s = *state_;
-  if (s.int8) {  // its own dtype checks: f32 or u8/s8 input, f32 or u8 output, f32 residual
+  if (s.int8) {  // its own dtype checks: f32 or u8/s8 input, output and residual as its attrs say
     s.int8->run(x, residual, y, lane);
     return;
   }

@@ -102,7 +102,15 @@ struct Conv2dInt8::State {
 
   int64_t groups() const { return attrs.groups; }
   int64_t in_ch() const { return in_ch_per_group * groups(); }
-  DType out() const { return attrs.int8_out_step > 0 ? DType::kU8 : DType::kF32; }
+  DType out() const { return attrs.int8_out_step > 0 ? (attrs.relu ? DType::kU8 : DType::kI8) : DType::kF32; }
+  // The residual's dtype: int8 codes (attrs.int8_residual_step) or f32.
+  DType residual_dtype() const {
+    if (!(attrs.int8_residual_step > 0)) return DType::kF32;
+    return attrs.int8_residual_unsigned ? DType::kU8 : DType::kI8;
+  }
+  // An int8 residual under an int8 output is summed from the output buffer as codes (its bytes
+  // copied there when it lies apart); under an f32 output it is dequantized into the buffer first.
+  bool sums_codes() const { return residual_dtype() != DType::kF32 && out() != DType::kF32; }
 
   dnnl::memory::desc weights_md(tag t) const {
     if (groups() == 1) return {{out_ch, in_ch_per_group, kh, kw}, dt::s8, t == tag::any ? tag::any : tag::oihw};
@@ -113,7 +121,7 @@ struct Conv2dInt8::State {
     const int64_t ho = conv_out_extent(h, kh, attrs.stride_h, attrs.pad_h, attrs.dilation_h);
     const int64_t wo = conv_out_extent(w, kw, attrs.stride_w, attrs.pad_w, attrs.dilation_w);
     const dnnl::memory::desc src_md({n, in_ch(), h, w}, act_dt(act), tag::nhwc);
-    const dnnl::memory::desc dst_md({n, out_ch, ho, wo}, out() == DType::kU8 ? dt::u8 : dt::f32, tag::nhwc);
+    const dnnl::memory::desc dst_md({n, out_ch, ho, wo}, out() == DType::kF32 ? dt::f32 : act_dt(out()), tag::nhwc);
     const dnnl::memory::desc bias_md = bias ? dnnl::memory::desc({out_ch}, dt::f32, tag::x) : dnnl::memory::desc();
     const dnnl::memory::dims strides = {attrs.stride_h, attrs.stride_w};
     const dnnl::memory::dims dilates = {attrs.dilation_h - 1, attrs.dilation_w - 1};
@@ -123,7 +131,14 @@ struct Conv2dInt8::State {
     dnnl::primitive_attr attr;
     attr.set_output_scales(1 << 1, out_scales);  // one per output channel (dst dimension 1)
     dnnl::post_ops ops;
-    if (attrs.residual) ops.append_sum(1.0f);
+    if (attrs.residual && sums_codes()) {
+      // The residual's codes, read from the output buffer in their own dtype (s8 under a u8
+      // output: the downsample's identity), rescaled from their step to the output's.
+      ops.append_sum(static_cast<float>(static_cast<double>(attrs.int8_residual_step) / attrs.int8_out_step), 0,
+                     act_dt(residual_dtype()));
+    } else if (attrs.residual) {
+      ops.append_sum(1.0f);
+    }
     if (attrs.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
     attr.set_post_ops(ops);
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -161,9 +176,15 @@ struct Conv2dInt8::State {
       p.src = unbound(q_md);
     }
     const dnnl::memory::desc dst_md = p.pd.dst_desc();
-    if (attrs.residual) {
-      p.residual = unbound(dst_md);
-      p.copy_residual = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), dst_md, engine(), dst_md));
+    if (attrs.residual && !sums_codes()) {
+      // An f32 residual is copied into the output; int8 codes under an f32 output are
+      // dequantized into it (x their step). (Codes under an int8 output are copied as bytes.)
+      const dnnl::memory::desc res_md({n, out_ch, dst_md.dims()[2], dst_md.dims()[3]},
+                                      residual_dtype() == DType::kF32 ? dt::f32 : act_dt(residual_dtype()), tag::nhwc);
+      dnnl::primitive_attr a;
+      if (residual_dtype() != DType::kF32) a.set_output_scales(0, {attrs.int8_residual_step});
+      p.residual = unbound(res_md);
+      p.copy_residual = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), res_md, engine(), dst_md, a));
     }
     p.dst = unbound(dst_md);
     return made;
@@ -193,11 +214,22 @@ Conv2dInt8::Conv2dInt8(const Tensor& weight_oihw, const Tensor* bias, const Conv
   if (!conv2d_geometry_valid(attrs)) {
     invalid("attributes " + conv2d_geometry_str(attrs), "stride, dilation, groups >= 1 and pad >= 0");
   }
-  if (attrs.int8_out_step != 0 &&
-      (!(attrs.int8_out_step > 0) || !std::isfinite(attrs.int8_out_step) || !attrs.relu || attrs.residual)) {
-    invalid("a u8 output of step " + std::to_string(attrs.int8_out_step) + (attrs.relu ? "" : " without ReLU") +
-                (attrs.residual ? " with a residual" : ""),
-            "a finite step > 0 on a conv with ReLU and no residual");
+  const auto normal_step = [](float step) { return step >= FLT_MIN && std::isfinite(step) && std::isfinite(1.0f / step); };
+  if (attrs.int8_out_step != 0 && !normal_step(attrs.int8_out_step)) {
+    invalid("an int8 output of step " + std::to_string(attrs.int8_out_step), "a normal float32 step whose inverse is finite");
+  }
+  if (attrs.int8_residual_step != 0 || attrs.int8_residual_unsigned) {
+    if (!attrs.residual || !normal_step(attrs.int8_residual_step)) {
+      invalid("an int8 residual of step " + std::to_string(attrs.int8_residual_step) +
+                  (attrs.residual ? "" : " on a conv without a residual"),
+              "a normal float32 step on a conv with a residual");
+    }
+    const double ratio = static_cast<double>(attrs.int8_residual_step) / (attrs.int8_out_step > 0 ? attrs.int8_out_step : 1.0);
+    if (!(ratio >= FLT_MIN) || !(ratio <= FLT_MAX)) {
+      invalid("an int8 residual of step " + std::to_string(attrs.int8_residual_step) + " under an output step of " +
+                  std::to_string(attrs.int8_out_step),
+              "steps whose ratio is a normal float32");
+    }
   }
   s.attrs = attrs;
   s.act = act;
@@ -249,7 +281,9 @@ Conv2dInt8 Conv2dInt8::with_attrs(const Conv2dAttrs& attrs) const {
             "groups " + std::to_string(s.attrs.groups) + ", stride and dilation >= 1, pad >= 0");
   }
   if (attrs.int8_out_step != s.attrs.int8_out_step || attrs.int8_step != s.attrs.int8_step ||
-      attrs.int8_unsigned != s.attrs.int8_unsigned || attrs.relu != s.attrs.relu || attrs.residual != s.attrs.residual) {
+      attrs.int8_unsigned != s.attrs.int8_unsigned || attrs.relu != s.attrs.relu || attrs.residual != s.attrs.residual ||
+      attrs.int8_residual_step != s.attrs.int8_residual_step ||
+      attrs.int8_residual_unsigned != s.attrs.int8_residual_unsigned) {
     invalid("derived attributes with other int8 steps, ReLU or residual", "only the geometry changed");
   }
   auto d = std::make_unique<State>();
@@ -321,14 +355,23 @@ void Conv2dInt8::run(const Tensor& x, const Tensor* residual, Tensor& y, int lan
   check_tensor("input", x, DType::kF32, s.act);
   const Shape out = output_shape(x.shape());
   check_tensor("output", y, s.out(), s.out());
+  const DType res_dt = s.residual_dtype();
   if (y.shape() != out) invalid("output is " + y.describe() + " for input " + x.describe(), "shape " + shape_str(out));
   if (overlaps(x, y)) invalid("output " + y.describe() + " overlaps input " + x.describe(), "disjoint tensors");
   bool in_place = false;
   if (s.attrs.residual) {
-    if (!residual) invalid("no residual given", "a residual f32" + shape_str(out) + " (attrs.residual is set)");
-    check_tensor("residual", *residual, DType::kF32, DType::kF32);
+    if (!residual) {
+      invalid("no residual given", std::string("a residual ") + dtype_name(res_dt) + shape_str(out) + " (attrs.residual is set)");
+    }
+    check_tensor("residual", *residual, res_dt, res_dt);
     if (residual->shape() != out) invalid("residual is " + residual->describe(), "shape " + shape_str(out));
     in_place = residual->raw_data() == y.raw_data();
+    // In place the output buffer holds the residual: its bytes are what the sum reads, so the
+    // two must be the same size (an s8 identity under a u8 output is; f32 under u8 is not).
+    if (in_place && dtype_size(residual->dtype()) != dtype_size(y.dtype())) {
+      invalid("the residual " + residual->describe() + " is the output " + y.describe() + " itself",
+              "a residual apart, or one of the output's element size");
+    }
     if (!in_place && overlaps(*residual, y)) invalid("residual partly overlaps the output", "the output itself or disjoint");
   } else if (residual) {
     invalid("a residual was given", "none (attrs.residual is not set)");
@@ -344,8 +387,12 @@ void Conv2dInt8::run(const Tensor& x, const Tensor* residual, Tensor& y, int lan
   dnnl::stream& st = stream();
   bind(p.dst, y);
   if (s.attrs.residual && !in_place) {
-    bind(p.residual, *residual);
-    execute_reorder(p.copy_residual, st, p.residual, p.dst);
+    if (s.sums_codes()) {
+      std::memcpy(y.raw_data(), residual->raw_data(), residual->nbytes());
+    } else {
+      bind(p.residual, *residual);
+      execute_reorder(p.copy_residual, st, p.residual, p.dst);
+    }
   }
   bind(p.src, x);
   dnnl_memory_t src = p.src.get();

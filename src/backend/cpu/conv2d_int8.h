@@ -1,9 +1,11 @@
 // An int8 2-D convolution on oneDNN (`--precision int8`): u8 activations (an input after a ReLU)
 // or s8, s8 weights quantized symmetrically per output channel, integer products accumulated
 // exactly in s32, then one f32 scale per output channel, the f32 bias, the residual and the ReLU:
-// y = act_scale * w_scale[o] * sum(q_x * q_w) + b[o] (+ r). With attrs.int8_out_step (a conv
-// with ReLU, no residual) the output is u8 instead: saturate(nearbyint(y / out_step)), the next
-// conv's input, so a chain of convs never leaves int8.
+// y = act_scale * w_scale[o] * sum(q_x * q_w) + b[o] (+ r). With attrs.int8_out_step the output
+// is int8 codes instead, u8 after a ReLU and s8 without: saturate(nearbyint(y / out_step)), the
+// next conv's input, so a chain of convs never leaves int8. With attrs.int8_residual_step the
+// residual r is int8 codes too (r = step * code): a ResNet block's u8 input, or its downsample's
+// s8 output, summed in place where the output is int8 (the block's output over its identity).
 // VNNI (and AMX-int8) multiply u8 by s8 exactly; without them oneDNN 2.x emulates with saturating
 // or halved products, so the class refuses machines without an exact int8 dot product.
 //
@@ -42,7 +44,8 @@ class Conv2dInt8 {
 
   Shape output_shape(const Shape& input_nhwc) const;
   // x: NHWC, contiguous host f32 (quantized here, into the thread's conversion scratch) or
-  // already of act(); y: NHWC, out(); residual as in Conv2d::run (f32; in place when it is y).
+  // already of act(); y: NHWC, out(); residual as in Conv2d::run: f32, or int8 codes with
+  // attrs.int8_residual_step; in place (it is y) when its elements are y's size.
   // `lane` as in Conv2d::run: concurrent callers on different lanes never share a plan.
   void run(const Tensor& x_nhwc, const Tensor* residual_nhwc, Tensor& y_nhwc, int lane = 0) const;
   // q = saturate(nearbyint(x / act_scale)) in act(), what run() does to an f32 input.
@@ -52,7 +55,7 @@ class Conv2dInt8 {
   std::string impl_name(const Shape& input_nhwc) const;  // oneDNN's kernel, e.g. "brg:avx512_core_vnni"
   DType act() const;
   float act_scale() const;
-  DType out() const;  // kU8 with attrs.int8_out_step, else kF32
+  DType out() const;  // with attrs.int8_out_step kU8 after a ReLU, kI8 without; else kF32
   const Tensor& weight_scales() const;  // f32 [O]
 
  private:

@@ -14,11 +14,13 @@ namespace bev::cpu {
 namespace {
 
 
-void expect_nhwc(const char* op, const Tensor& t, const char* what, bool bf16_ok = false) {
-  if (!t.defined() || !(t.dtype() == DType::kF32 || (bf16_ok && t.dtype() == DType::kBF16)) ||
+void expect_nhwc(const char* op, const Tensor& t, const char* what, bool bf16_ok = false, bool u8_ok = false) {
+  if (!t.defined() ||
+      !(t.dtype() == DType::kF32 || (bf16_ok && t.dtype() == DType::kBF16) || (u8_ok && t.dtype() == DType::kU8)) ||
       t.device() != Device::kCpu || t.dim() != 4 || !t.is_contiguous() || t.size(1) < 1 || t.size(2) < 1) {
     bad_tensor(op, t, what,
-               std::string("contiguous host ") + (bf16_ok ? "f32 or bf16" : "f32") + " [N, H, W, C] with H, W >= 1");
+               std::string("contiguous host ") + (u8_ok ? "f32, bf16 or u8" : bf16_ok ? "f32 or bf16" : "f32") +
+                   " [N, H, W, C] with H, W >= 1");
   }
 }
 
@@ -116,6 +118,32 @@ __attribute__((target("avx512f"))) void pool_pixel_bf16_avx512(const uint16_t* c
   }
 }
 
+// u8 maps (the stem's codes in int8 precision): quantizing is monotone, so the max of the codes
+// is the code of the max, and a window never holds a NaN.
+void pool_pixel_u8_scalar(const uint8_t* const* taps, int n_taps, int64_t C, uint8_t* out) {
+  for (int64_t c = 0; c < C; ++c) {
+    uint8_t m = 0;
+    for (int t = 0; t < n_taps; ++t) m = std::max(m, taps[t][c]);
+    out[c] = m;
+  }
+}
+
+__attribute__((target("avx512bw"))) void pool_pixel_u8_avx512(const uint8_t* const* taps, int n_taps, int64_t C,
+                                                               uint8_t* out) {
+  int64_t c = 0;
+  for (; c + 64 <= C; c += 64) {
+    __m512i m = _mm512_setzero_si512();
+    for (int t = 0; t < n_taps; ++t) m = _mm512_max_epu8(m, _mm512_loadu_si512(taps[t] + c));
+    _mm512_storeu_si512(out + c, m);
+  }
+  if (c < C) {
+    const __mmask64 tail = (1ULL << (C - c)) - 1;  // C - c < 64
+    __m512i m = _mm512_setzero_si512();
+    for (int t = 0; t < n_taps; ++t) m = _mm512_max_epu8(m, _mm512_maskz_loadu_epi8(tail, taps[t] + c));
+    _mm512_mask_storeu_epi8(out + c, tail, m);
+  }
+}
+
 }  // namespace
 
 namespace {
@@ -158,18 +186,21 @@ void max_pool_rows(const T* xp, T* yp, const Shape& xs, const Shape& ys, ThreadP
 
 void max_pool2d_3x3_s2_p1(const Tensor& x, Tensor& y, ThreadPool* pool) {
   const char* op = "max_pool2d_3x3_s2_p1";
-  expect_nhwc(op, x, "input x", /*bf16_ok=*/true);
+  // f32, bf16 (bf16 precision) or u8 codes (int8 precision), the output in the input's dtype.
+  const DType dt = x.defined() ? x.dtype() : DType::kF32;
+  expect_nhwc(op, x, "input x", /*bf16_ok=*/true, /*u8_ok=*/true);
   const Shape ys = max_pool2d_3x3_s2_p1_shape(x.shape());
-  if (x.dtype() == DType::kF32) {
-    expect_f32_shape(op, y, "output y", ys);
-  } else if (!y.defined() || y.dtype() != DType::kBF16 || y.device() != Device::kCpu || !y.is_contiguous() ||
-             y.shape() != ys) {
-    bad_tensor(op, y, "output y", "contiguous host bf16" + shape_str(ys) + " (the input's dtype)");
+  if (!y.defined() || y.dtype() != dt || y.device() != Device::kCpu || !y.is_contiguous() || y.shape() != ys) {
+    bad_tensor(op, y, "output y", std::string("contiguous host ") + dtype_name(dt) + shape_str(ys) + " (the input's dtype)");
   }
   static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (x.dtype() == DType::kF32) {
+  static const bool avx512bw = __builtin_cpu_supports("avx512bw");
+  if (dt == DType::kF32) {
     max_pool_rows(x.data<float>(), y.data<float>(), x.shape(), ys, pool,
                   avx512 ? pool_pixel_avx512 : pool_pixel_scalar);
+  } else if (dt == DType::kU8) {
+    max_pool_rows(x.data<uint8_t>(), y.data<uint8_t>(), x.shape(), ys, pool,
+                  avx512bw ? pool_pixel_u8_avx512 : pool_pixel_u8_scalar);
   } else {
     max_pool_rows(static_cast<const uint16_t*>(x.raw_data()), static_cast<uint16_t*>(y.raw_data()), x.shape(), ys,
                   pool, avx512 ? pool_pixel_bf16_avx512 : pool_pixel_bf16_scalar);

@@ -10,8 +10,8 @@ namespace bev::cpu {
 Shape max_pool2d_3x3_s2_p1_shape(const Shape& x_nhwc);
 
 // nn.MaxPool2d(3, stride=2, padding=1): padding counts as -inf (never selected; every window
-// holds at least one real pixel), and a NaN in the window wins, as in PyTorch. f32 or bf16 (y in
-// x's dtype); rows split over `pool`.
+// holds at least one real pixel), and a NaN in the window wins, as in PyTorch. f32, bf16 or u8
+// codes (y in x's dtype); rows split over `pool`.
 void max_pool2d_3x3_s2_p1(const Tensor& x_nhwc, Tensor& y_nhwc, ThreadPool* pool = nullptr);
 
 // FPN's top-down step, lat[i-1] += F.interpolate(lat[i], size=lat[i-1].shape[-2:], mode='nearest'):
