@@ -57,13 +57,25 @@ struct Key {
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
-// The two products for blocks of one row count.
+// The two products for blocks of one row count (shared by the threads: primitives are
+// immutable, and a thread's call runs on that thread alone inside the pool's parallel region).
 struct BlockPrims {
   int64_t rows = 0;
   dnnl::matmul::primitive_desc scores_pd, context_pd;
   dnnl::matmul scores, context;
-  dnnl::memory scores_pad, context_pad;
-  dnnl::memory q, s, p, ctx;  // unbound; pointed into the plan's buffers per block
+};
+
+// One thread's scratch: a block's f32 scores, probabilities (bf16 only), context and softmax
+// denominators, and per row count the products' scratchpads and argument handles (unbound,
+// pointed at the buffers per block).
+struct Lane {
+  dnnl::memory s, p, ctx;
+  std::vector<float> sums;  // [heads, rows]
+  struct Args {
+    dnnl::memory scores_pad, context_pad;
+    dnnl::memory q, s, p, ctx;
+  };
+  std::vector<Args> args;  // one per BlockPrims
 };
 
 struct Plan {
@@ -75,8 +87,7 @@ struct Plan {
   dnnl::reorder k_reorder, v_reorder;
   dnnl::memory k_plain, v_plain;    // unbound: one sample of kp, vp
   dnnl::memory k_packed, v_packed;  // owned
-  dnnl::memory s, p, ctx;           // one block's f32 scores, probabilities (bf16 only), context
-  std::vector<float> sums;          // one block's softmax denominators, [heads, rows]
+  std::vector<Lane> lanes;          // one per pool thread, made on first use
   std::mutex mu;
 };
 
@@ -115,12 +126,6 @@ BlockPrims make_prims(const Key& key, int64_t rows, const dnnl::memory::desc& kt
   const auto& cpd = b.context_pd;
   b.scores = dnnl::matmul(spd);
   b.context = dnnl::matmul(cpd);
-  b.scores_pad = dnnl::memory(spd.scratchpad_desc(), engine());
-  b.context_pad = dnnl::memory(cpd.scratchpad_desc(), engine());
-  b.q = unbound(q_md);
-  b.s = unbound(s_md);
-  b.p = unbound(p_md);
-  b.ctx = unbound(ctx_md);
   return b;
 }
 
@@ -145,11 +150,27 @@ std::unique_ptr<Plan> make_plan(const Key& key) {
   p->qp = buffer(key.q_len * key.c, cdt);
   p->kp = buffer(key.k_len * key.c, cdt);
   p->vp = buffer(key.k_len * key.c, cdt);
-  p->s = buffer(key.heads * p->block * key.k_len, dt::f32);
-  if (cdt == dt::bf16) p->p = buffer(key.heads * p->block * key.k_len, dt::bf16);
-  p->ctx = buffer(p->block * key.c, dt::f32);
-  p->sums.resize(static_cast<size_t>(key.heads * p->block));
   return p;
+}
+
+Lane make_lane(const Key& key, const Plan& plan) {
+  const bool bf16 = key.precision == Precision::kBF16;
+  Lane l;
+  l.s = buffer(key.heads * plan.block * key.k_len, dt::f32);
+  if (bf16) l.p = buffer(key.heads * plan.block * key.k_len, dt::bf16);
+  l.ctx = buffer(plan.block * key.c, dt::f32);
+  l.sums.resize(static_cast<size_t>(key.heads * plan.block));
+  for (const BlockPrims& b : plan.prims) {
+    Lane::Args a;
+    a.scores_pad = dnnl::memory(b.scores_pd.scratchpad_desc(), engine());
+    a.context_pad = dnnl::memory(b.context_pd.scratchpad_desc(), engine());
+    a.q = unbound(b.scores_pd.src_desc());
+    a.s = unbound(b.scores_pd.dst_desc());
+    a.p = unbound(b.context_pd.src_desc());
+    a.ctx = unbound(b.context_pd.dst_desc());
+    l.args.push_back(std::move(a));
+  }
+  return l;
 }
 
 struct Cache {
@@ -204,51 +225,45 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, flo
     plan = slot.get();
   }
   std::lock_guard<std::mutex> lock(plan->mu);
+  const int threads = pool == nullptr ? 1 : pool->size();
+  while (static_cast<int>(plan->lanes.size()) < threads) plan->lanes.push_back(make_lane(key, *plan));
   const bool bf16 = arithmetic == Precision::kBF16;
   const int64_t k_len = key.k_len, hd = c / heads, esz = bf16 ? 2 : 4;
   auto* qp = static_cast<char*>(plan->qp.get_data_handle());
   auto* kp = static_cast<char*>(plan->kp.get_data_handle());
   auto* vp = static_cast<char*>(plan->vp.get_data_handle());
-  auto* s = static_cast<float*>(plan->s.get_data_handle());
-  void* p = bf16 ? plan->p.get_data_handle() : static_cast<void*>(s);
-  auto* ctx = static_cast<float*>(plan->ctx.get_data_handle());
-  float* sums = plan->sums.data();
   float* yp = y.data<float>();
+  const int64_t nblocks = (q_len + plan->block - 1) / plan->block;
 
-  dnnl::stream& st = stream();
-  for (int64_t b = 0; b < batch; ++b) {
-    pack_heads(q.data<float>() + b * q_len * c, qp, bf16, q_len, c, heads, plan->block, pool);
-    pack_heads(k.data<float>() + b * k_len * c, kp, bf16, k_len, c, heads, k_len, pool);
-    pack_heads(v.data<float>() + b * k_len * c, vp, bf16, k_len, c, heads, k_len, pool);
-    bind(plan->k_plain, kp);
-    bind(plan->v_plain, vp);
-    execute_reorder(plan->k_reorder, st, plan->k_plain, plan->k_packed);
-    execute_reorder(plan->v_reorder, st, plan->v_plain, plan->v_packed);
-    st.wait();
-    for (int64_t q0 = 0; q0 < q_len; q0 += plan->block) {
-      const int64_t rows = std::min(plan->block, q_len - q0);
-      BlockPrims& m = plan->prims[rows == plan->block ? 0 : 1];
-      bind(m.q, qp + q0 * c * esz);
-      bind(m.s, s);
+  // Each thread runs whole query blocks: scores, softmax and context of a block stay in its
+  // cache, and the small products (M = block rows, K or N = hd) run one call per block on that
+  // thread alone. Splitting each product over the threads instead cost a fork and join per
+  // product and per softmax, three times a block (decoder self-attention, tiny: see PERF.md).
+  auto blocks = [&](int64_t b, int64_t blk0, int64_t blk1, int lane) {
+    Lane& l = plan->lanes[static_cast<size_t>(lane)];
+    auto* s = static_cast<float*>(l.s.get_data_handle());
+    void* p = bf16 ? l.p.get_data_handle() : static_cast<void*>(s);
+    auto* ctx = static_cast<float*>(l.ctx.get_data_handle());
+    float* sums = l.sums.data();
+    dnnl::stream& st = stream();
+    for (int64_t blk = blk0; blk < blk1; ++blk) {
+      const int64_t q0 = blk * plan->block, rows = std::min(plan->block, q_len - q0);
+      const size_t which = rows == plan->block ? 0 : 1;
+      const BlockPrims& m = plan->prims[which];
+      Lane::Args& a = l.args[which];
+      bind(a.q, qp + q0 * c * esz);
+      bind(a.s, s);
       execute(m.scores, st,
-              {{DNNL_ARG_SRC, m.q.get()}, {DNNL_ARG_WEIGHTS, plan->k_packed.get()}, {DNNL_ARG_DST, m.s.get()},
-               {DNNL_ARG_SCRATCHPAD, m.scores_pad.get()}});
+              {{DNNL_ARG_SRC, a.q.get()}, {DNNL_ARG_WEIGHTS, plan->k_packed.get()}, {DNNL_ARG_DST, a.s.get()},
+               {DNNL_ARG_SCRATCHPAD, a.scores_pad.get()}});
       st.wait();
       // exp(s - max) (in place, or rounded to bf16 for the second product) and the row sums.
-      auto soft = [&](int64_t r0, int64_t r1) {
-        softmax_numerators(s, bf16 ? static_cast<uint16_t*>(p) : nullptr, sums, k_len, r0, r1);
-      };
-      const int64_t srows = heads * rows;
-      if (pool == nullptr || pool->size() == 1) {
-        soft(0, srows);
-      } else {
-        pool->parallel_for(srows, std::max<int64_t>(1, 4096 / k_len), soft);
-      }
-      bind(m.p, p);
-      bind(m.ctx, ctx);
+      softmax_numerators(s, bf16 ? static_cast<uint16_t*>(p) : nullptr, sums, k_len, 0, heads * rows);
+      bind(a.p, p);
+      bind(a.ctx, ctx);
       execute(m.context, st,
-              {{DNNL_ARG_SRC, m.p.get()}, {DNNL_ARG_WEIGHTS, plan->v_packed.get()}, {DNNL_ARG_DST, m.ctx.get()},
-               {DNNL_ARG_SCRATCHPAD, m.context_pad.get()}});
+              {{DNNL_ARG_SRC, a.p.get()}, {DNNL_ARG_WEIGHTS, plan->v_packed.get()}, {DNNL_ARG_DST, a.ctx.get()},
+               {DNNL_ARG_SCRATCHPAD, a.context_pad.get()}});
       st.wait();
       // y[b, q0 + i, h * hd + d] = ctx[h, i, d] / sum[h, i]: softmax's division, on hd values
       // instead of K (as PyTorch, by the reciprocal).
@@ -261,6 +276,23 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, flo
           for (int64_t d = 0; d < hd; ++d) to[d] = from[d] * inv;
         }
       }
+    }
+  };
+
+  dnnl::stream& st = stream();
+  for (int64_t b = 0; b < batch; ++b) {
+    pack_heads(q.data<float>() + b * q_len * c, qp, bf16, q_len, c, heads, plan->block, pool);
+    pack_heads(k.data<float>() + b * k_len * c, kp, bf16, k_len, c, heads, k_len, pool);
+    pack_heads(v.data<float>() + b * k_len * c, vp, bf16, k_len, c, heads, k_len, pool);
+    bind(plan->k_plain, kp);
+    bind(plan->v_plain, vp);
+    execute_reorder(plan->k_reorder, st, plan->k_plain, plan->k_packed);
+    execute_reorder(plan->v_reorder, st, plan->v_plain, plan->v_packed);
+    st.wait();
+    if (threads == 1 || nblocks == 1) {
+      blocks(b, 0, nblocks, 0);
+    } else {
+      pool->parallel_for_indexed(nblocks, 1, [&](int64_t b0, int64_t b1, int lane) { blocks(b, b0, b1, lane); });
     }
   }
 }
