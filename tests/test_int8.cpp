@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/cpu/conv2d_int8.h"
+#include "backend/cpu/onednn.h"
 #include "bevformer/calibrate.h"
 #include "bevformer/golden.h"
 #include "error_test_util.h"
@@ -210,11 +211,15 @@ double stage_error(const GoldenFrameResult& f, const std::string& name) {
 
 TEST(Int8, GoldenMicroStaysWithinItsBoundsStageByStage) {
   // Every backbone conv in int8 (per-output-channel weight steps, the calibrated input step;
-  // u8 codes between blocks too), everything else f32; calibrated on the set's own three frames.
-  // The bounds are 8-bit quantization's: each int8 conv adds about step / sqrt(12) per input,
-  // ~0.5% of an activation's range; 3e-2 allows for the convs that compound within the backbone,
-  // 1e-2 for the f32 stages after it. Measured: docs/PERF.md "int8 precision".
+  // u8 codes between blocks too), everything else in the float arithmetic (bf16 on AMX, else
+  // f32); calibrated on the set's own three frames. The bounds are 8-bit quantization's: each
+  // int8 conv adds about step / sqrt(12) per input, ~0.5% of an activation's range; 3e-2 allows
+  // for the convs that compound within the backbone, 1e-2 for f32 stages after it, and where
+  // those run in bf16 the bound bf16 precision is held to against f32 (3e-2,
+  // BevFormerPlans.Bf16ReplayIsBitIdenticalToEagerAndNearF32). Measured: docs/PERF.md "int8
+  // precision" and "The Xeon with AMX".
   if (!cpu::has_int8_dot()) GTEST_SKIP() << "this CPU has no exact int8 dot product";
+  const double after_backbone = cpu::float_arithmetic(Precision::kInt8) == Precision::kBF16 ? 3e-2 : 1e-2;
   GoldenOptions o;
   o.threads = 2;
   o.precision = "int8";
@@ -227,7 +232,7 @@ TEST(Int8, GoldenMicroStaysWithinItsBoundsStageByStage) {
       EXPECT_GT(e, 0) << "frame " << f.frame << " " << s << ": int8 did not run";
     }
     for (const char* s : {"bev_embed", "all_cls_scores", "all_bbox_preds"}) {
-      EXPECT_LE(stage_error(f, s), 1e-2) << "frame " << f.frame << " " << s;
+      EXPECT_LE(stage_error(f, s), after_backbone) << "frame " << f.frame << " " << s;
     }
     EXPECT_EQ(stage_error(f, "img"), 0);
   }

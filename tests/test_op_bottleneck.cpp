@@ -397,9 +397,14 @@ TEST(Bottleneck, Int8EqualsTheInt8ConvsRunOneByOne) {
   }
 }
 
-TEST(Conv2d, Int8PrecisionRunsUncalibratedConvsInF32AndRefusesStepsElsewhere) {
-  const Member m = member(7, 5, 3, true, false, 95, Precision::kF32);
-  const Conv2d plain(m.w, &m.b, m.a, Precision::kInt8);  // no step: an f32 conv, bit for bit
+// A conv without a calibrated step in int8 precision is a conv of int8's float arithmetic (bf16
+// on AMX, f32 elsewhere), bit for bit.
+TEST(Conv2d, Int8PrecisionRunsUncalibratedConvsInItsFloatArithmeticAndRefusesStepsElsewhere) {
+  const Precision arithmetic = float_arithmetic(Precision::kInt8);
+  EXPECT_EQ(arithmetic, isa_has_amx() ? Precision::kBF16 : Precision::kF32);
+  const Member m = member(7, 5, 3, true, false, 95, arithmetic);
+  const Conv2d plain(m.w, &m.b, m.a, Precision::kInt8);  // no step
+  EXPECT_EQ(plain.precision(), arithmetic);
   const Tensor x = random_tensor({1, 6, 5, 5}, 96, -1.0f, 1.0f);
   Tensor a = Tensor::empty(plain.output_shape(x.shape()), DType::kF32), b = a.clone();
   plain.run(x, nullptr, a);

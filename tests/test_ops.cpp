@@ -213,14 +213,16 @@ TEST(Ops, ShapeErrorsNameTheOpAndExpectation) {
   EXPECT_THROW(ops.topk(random({5}, 1), 6), Error);
 }
 
-// Compact bf16 activations (model/attention.h) exist only in bf16 precision: in f32 every op
-// refuses a bf16 input or a requested bf16 output, naming what it expected; in bf16 the same
-// calls run. Copies into bf16 take f32 only.
-TEST(Ops, Bf16ActivationsOnlyInBf16Precision) {
-  for (const Precision p : {Precision::kF32, Precision::kBF16}) {
+// Compact bf16 activations (model/attention.h) exist only in bf16 arithmetic (bf16 precision,
+// or int8 precision on a CPU with AMX, whose float parts run in bf16): in f32 every op refuses a
+// bf16 input or a requested bf16 output, naming what it expected; in bf16 the same calls run.
+// Copies into bf16 take f32 only.
+TEST(Ops, Bf16ActivationsOnlyInBf16Arithmetic) {
+  for (const Precision p : {Precision::kF32, Precision::kBF16, Precision::kInt8}) {
     auto backend = make_cpu_backend(1, p);
     Ops ops(*backend);
-    const bool ok = p == Precision::kBF16;
+    EXPECT_EQ(backend->float_precision(), p == Precision::kInt8 ? (cpu::isa_has_amx() ? Precision::kBF16 : Precision::kF32) : p);
+    const bool ok = backend->float_precision() == Precision::kBF16;
     const PreparedWeights fc = ops.prepare_linear(random({4, 3}, 1), nullptr, {});
     const PreparedWeights dcn = ops.prepare_deform_conv2d(random({5, 3, 3, 3}, 2, 0.2f), nullptr, {.relu = true});
     const Tensor x = random({5, 3}, 3), x16 = x.to(DType::kBF16);
@@ -231,10 +233,10 @@ TEST(Ops, Bf16ActivationsOnlyInBf16Precision) {
       }
       try {
         call();
-        ADD_FAILURE() << what << ": no error in f32 precision";
+        ADD_FAILURE() << what << ": no error in f32 arithmetic (" << precision_name(p) << " precision)";
       } catch (const Error& e) {
         EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput) << what;
-        EXPECT_NE(std::string(e.what()).find("bf16 needs bf16 precision"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("bf16 needs bf16 arithmetic"), std::string::npos) << e.what();
       }
     };
     expect("linear, bf16 x", [&] { ops.linear(x16, fc, "fc"); });

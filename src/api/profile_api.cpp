@@ -278,7 +278,10 @@ ProfileReport run_profile(const ProfileOptions& o) {
   summarize_overhead(report);
 
   if (!o.out_dir.empty()) write_profile_files(o.out_dir, profiler, report, o.top_ops);
-  if (!o.graph_report.empty()) write_graph_reports(o.graph_report, model, precision, report.max_rss_bytes, report);
+  // Weights that are not int8 are held in the float arithmetic (bf16 for int8 on AMX).
+  if (!o.graph_report.empty()) {
+    write_graph_reports(o.graph_report, model, backend.float_precision(), report.max_rss_bytes, report);
+  }
   if (!o.json_path.empty()) {
     report.files.push_back(o.json_path);
     write_text_file(o.json_path, run_json(o, report, info).dump(1) + "\n");

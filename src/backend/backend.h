@@ -42,8 +42,10 @@ struct BackendInfo {
   std::string device;     // "Intel(R) Xeon(R) Processor", "NVIDIA H200"
   std::string isa;        // "avx512_core_bf16", "sm_90"
   int threads = 0;        // host threads running the kernels
-  std::string precision;  // "f32" | "bf16"
-  std::string summary() const;  // "cpu: Intel(R) Xeon(R) Processor, avx512_core_bf16, 2 threads"
+  std::string precision;  // "f32" | "bf16" | "int8"
+  std::string float_precision;  // what runs in floating point: precision, or in int8 "f32" | "bf16"
+  // "cpu: Intel(R) Xeon(R) Processor, avx512_core_bf16, 2 threads" (+ ", int8 with bf16 floats")
+  std::string summary() const;
 };
 
 class Backend {
@@ -52,6 +54,11 @@ class Backend {
   virtual const char* name() const = 0;
   virtual Device device() const = 0;
   virtual Precision precision() const = 0;
+  // The arithmetic of everything that is not int8: precision() in f32 and bf16. In int8
+  // precision the float this device runs faster: on the CPU bf16 where it has AMX tiles (the ops
+  // int8 leaves to floats then take the tile rate, as OpenVINO's int8 models do there), f32
+  // elsewhere (bf16 without AMX runs slower than f32: docs/PERF.md).
+  virtual Precision float_precision() const { return precision() == Precision::kInt8 ? Precision::kF32 : precision(); }
   virtual BackendInfo info() const = 0;
 
   // ---- memory ----

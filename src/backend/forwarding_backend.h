@@ -22,6 +22,7 @@ class ForwardingBackend : public Backend {
   const char* name() const override { return inner_.name(); }
   Device device() const override { return inner_.device(); }
   Precision precision() const override { return inner_.precision(); }
+  Precision float_precision() const override { return inner_.float_precision(); }
   BackendInfo info() const override { return inner_.info(); }
   std::shared_ptr<Storage> allocate(size_t bytes) override { return inner_.allocate(bytes); }
   void write(const Tensor& dst, const Tensor& host_src) override { inner_.write(dst, host_src); }

@@ -165,7 +165,7 @@ PreparedWeights Ops::prepare_bottleneck(const PreparedWeights& conv1, const Prep
   // u8: conv1 and conv2 write int8 codes of conv2's and conv3's input steps (int8 precision).
   const bool u8_chain = std::get<Conv2dAttrs>(conv1.attrs).int8_out_step > 0 &&
                         std::get<Conv2dAttrs>(conv2.attrs).int8_out_step > 0;
-  if (!(act == DType::kF32 || (act == DType::kBF16 && backend_.precision() == Precision::kBF16) ||
+  if (!(act == DType::kF32 || (act == DType::kBF16 && backend_.float_precision() == Precision::kBF16) ||
         (act == DType::kU8 && u8_chain))) {
     shape_error("bottleneck", "", std::string("activations in ") + dtype_name(act),
                 "f32, bf16 in bf16 precision, or u8 when conv1 and conv2 have int8 output steps");
@@ -241,7 +241,7 @@ Tensor Ops::conv2d_impl(const Tensor& x, const PreparedWeights& w, const Tensor*
   expect_rank("conv2d", label, "input", x, 4);
   expect_prepared_by("conv2d", label, w, backend_);
   const auto& a = std::get<Conv2dAttrs>(w.attrs);
-  const bool bf16 = backend_.precision() == Precision::kBF16;
+  const bool bf16 = backend_.float_precision() == Precision::kBF16;
   // int8 precision: a conv with an int8 input step may read its codes (u8 or s8), one with an
   // output step writes them (u8 after a ReLU, else s8), one with a residual step adds them
   // (Conv2dAttrs); every other activation is f32.
@@ -249,7 +249,7 @@ Tensor Ops::conv2d_impl(const Tensor& x, const PreparedWeights& w, const Tensor*
   const DType in_codes = a.int8_unsigned ? DType::kU8 : DType::kI8;
   const DType out_codes = a.relu ? DType::kU8 : DType::kI8;
   const DType res_codes = a.int8_residual_unsigned ? DType::kU8 : DType::kI8;
-  const char* want = bf16 ? "f32 or bf16" : "f32 (bf16 activations need bf16 precision)";
+  const char* want = bf16 ? "f32 or bf16" : "f32 (bf16 activations need bf16 arithmetic)";
   if (!(x.dtype() == DType::kF32 || (bf16 && x.dtype() == DType::kBF16) || (int8_in && x.dtype() == in_codes))) {
     shape_error("conv2d", label, "input is " + x.describe(),
                 int8_in ? std::string("f32 or ") + dtype_name(in_codes) + " (the conv's int8 input)" : want);
@@ -305,11 +305,11 @@ Tensor Ops::bottleneck(const Tensor& x, const PreparedWeights& block, DType out,
   }
   expect_prepared_by("bottleneck", label, block, backend_);
   const auto& a = std::get<BottleneckAttrs>(block.attrs);
-  const bool bf16 = backend_.precision() == Precision::kBF16;
+  const bool bf16 = backend_.float_precision() == Precision::kBF16;
   for (DType d : {x.dtype(), out}) {
     if (!(d == DType::kF32 || (bf16 && d == DType::kBF16))) {
       shape_error("bottleneck", label, std::string("input ") + x.describe() + ", output dtype " + dtype_name(out),
-                  bf16 ? "f32 or bf16" : "f32 (bf16 activations need bf16 precision)");
+                  bf16 ? "f32 or bf16" : "f32 (bf16 activations need bf16 arithmetic)");
     }
   }
   const int64_t c = a.weight_shapes[0][1], e = a.weight_shapes[2][0];
@@ -533,15 +533,15 @@ std::pair<Tensor, Tensor> Ops::topk(const Tensor& scores, int64_t k, std::string
 }
 
 void Ops::expect_float_dtype(const char* op, const std::string& label, const char* what, DType dtype) const {
-  const bool bf16 = backend_.precision() == Precision::kBF16;
+  const bool bf16 = backend_.float_precision() == Precision::kBF16;
   if (!(dtype == DType::kF32 || (bf16 && dtype == DType::kBF16)))
     shape_error(op, label, std::string(what) + " dtype " + dtype_name(dtype),
-                bf16 ? "f32 or bf16" : "f32 (bf16 needs bf16 precision)");
+                bf16 ? "f32 or bf16" : "f32 (bf16 needs bf16 arithmetic: bf16 precision, or int8 with AMX)");
 }
 
 DType Ops::copy_dtype(const char* op, const std::string& label, DType from, std::optional<DType> out) const {
   if (!out || *out == from) return from;
-  if (*out == DType::kBF16 && from == DType::kF32 && backend_.precision() == Precision::kBF16) return *out;
+  if (*out == DType::kBF16 && from == DType::kF32 && backend_.float_precision() == Precision::kBF16) return *out;
   shape_error(op, label, std::string(dtype_name(from)) + " rows into " + dtype_name(*out) + " requested",
               "the input's dtype, or bf16 from f32 when the backend runs in bf16");
 }

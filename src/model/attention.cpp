@@ -14,7 +14,7 @@ void require(bool ok, const std::string& what, const std::string& expected) {
 }  // namespace
 
 DType compact_dtype(Ops& ops) {
-  return ops.backend().precision() == Precision::kBF16 ? DType::kBF16 : DType::kF32;
+  return ops.backend().float_precision() == Precision::kBF16 ? DType::kBF16 : DType::kF32;
 }
 
 // ---- FFN ----

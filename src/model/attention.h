@@ -28,8 +28,9 @@ Tensor ffn_forward(Ops& ops, const FfnWeights& f, const Tensor& x, const std::st
 
 // The dtype of an activation that only linears and msda read (deformable attention's projected
 // values and the rows they are projected from, TSA's query_cat, SCA's rebatched queries, the FFN's
-// hidden layer): bf16 when the backend runs in bf16, which halves its bytes (msda's random
-// gathers, the 2C-wide rows) and spares each reading linear a conversion; f32 otherwise.
+// hidden layer): bf16 when the backend's float arithmetic is bf16 (bf16 precision, or int8 on
+// AMX), which halves its bytes (msda's random gathers, the 2C-wide rows) and spares each reading
+// linear a conversion; f32 otherwise.
 DType compact_dtype(Ops& ops);
 
 // TemporalSelfAttention: `<p>.{sampling_offsets, attention_weights, value_proj, output_proj}`.

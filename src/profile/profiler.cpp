@@ -244,7 +244,7 @@ class NullBackend final : public Backend {
   const char* name() const override { return "null"; }
   Device device() const override { return Device::kCpu; }
   Precision precision() const override { return Precision::kF32; }
-  BackendInfo info() const override { return {"null", "none", "", 0, "f32"}; }
+  BackendInfo info() const override { return {"null", "none", "", 0, "f32", "f32"}; }
   std::shared_ptr<Storage> allocate(size_t bytes) override { return Storage::allocate(bytes); }
   void write(const Tensor&, const Tensor&) override {}
   Tensor read(const Tensor& src) override { return src; }

@@ -103,7 +103,8 @@ class Profiler {
 
 class ProfilingBackend final : public ForwardingBackend {
  public:
-  explicit ProfilingBackend(Backend& inner) : ForwardingBackend(inner), precision_(inner.precision()) {}
+  // Weight bytes follow the float arithmetic (int8 convs count one byte a weight whatever it is).
+  explicit ProfilingBackend(Backend& inner) : ForwardingBackend(inner), precision_(inner.float_precision()) {}
 
   // Records into `profiler` from now on; nullptr detaches (the profiler is off).
   void attach(Profiler* profiler) {

@@ -40,8 +40,9 @@ void check_activation(const char* name, const Tensor& t, Precision precision) {
 
 dt dtype_of(const Tensor& t) { return t.dtype() == DType::kBF16 ? dt::bf16 : dt::f32; }
 
-// The convs int8 precision leaves in f32 (no calibrated step) are f32 convs in every way.
-Precision arithmetic_of(Precision p) { return p == Precision::kInt8 ? Precision::kF32 : p; }
+// The convs int8 precision leaves to floats (no calibrated step) are convs of its float
+// arithmetic in every way (bf16 on AMX, else f32).
+Precision arithmetic_of(Precision p) { return float_arithmetic(p); }
 
 }  // namespace
 
@@ -314,6 +315,7 @@ Conv2d::Conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs&
     return;
   }
   const Precision arithmetic = arithmetic_of(precision);
+  s.precision = arithmetic;  // what its dtypes and kernels follow from here on
   if (bias) {
     check_f32("bias", *bias);
     if (bias->shape() != Shape{s.out_ch}) invalid("bias is " + bias->describe(), "f32[" + std::to_string(s.out_ch) + "]");

@@ -60,7 +60,7 @@ class Conv2d {
   int64_t in_channels() const;   // C: I/groups x groups
   int64_t out_channels() const;  // O
   const Conv2dAttrs& attrs() const;
-  Precision precision() const;
+  Precision precision() const;  // kInt8 for a conv with an int8 step; else its arithmetic, f32 or bf16
 
   // Eval-mode BatchNorm folded into the preceding conv:
   //   conv'(x) = (conv(x) + b - mean) / sqrt(var + eps) * gamma + beta

@@ -46,15 +46,17 @@ std::string cpu_model_name() {
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int threads, Precision precision)
-      : pool_(threads, ThreadPool::Threads::kOpenMP), precision_(precision) {
+      : pool_(threads, ThreadPool::Threads::kOpenMP), precision_(precision), float_(cpu::float_arithmetic(precision)) {
     cpu::set_num_threads(pool_.size());
   }
 
   const char* name() const override { return "cpu"; }
   Device device() const override { return Device::kCpu; }
   Precision precision() const override { return precision_; }
+  Precision float_precision() const override { return float_; }
   BackendInfo info() const override {
-    return {name(), cpu_model_name(), cpu::isa_name(), static_cast<int>(pool_.size()), precision_name(precision_)};
+    return {name(), cpu_model_name(), cpu::isa_name(), static_cast<int>(pool_.size()), precision_name(precision_),
+            precision_name(float_)};
   }
 
   // Host memory: the CPU's backend memory is the host's, so reads and writes are copies.
@@ -95,10 +97,10 @@ class CpuBackend final : public Backend {
       case OpKind::deform_conv2d: {
         const auto& a = std::get<DeformConv2dAttrs>(attrs);
         return std::make_shared<const cpu::DeformConv2d>(weight, bias, a.stride, a.pad, a.dilation,
-                                                         cpu::DeformConv2d::kDefaultColBudgetBytes, precision_, a.relu);
+                                                         cpu::DeformConv2d::kDefaultColBudgetBytes, float_, a.relu);
       }
       case OpKind::linear:
-        return std::make_shared<const cpu::Linear>(weight, bias, std::get<LinearAttrs>(attrs).relu, precision_);
+        return std::make_shared<const cpu::Linear>(weight, bias, std::get<LinearAttrs>(attrs).relu, float_);
       default:
         throw Error(ErrorKind::kInternal, std::string("op ") + op_name(kind) + " has no weights to prepare");
     }
@@ -137,13 +139,13 @@ class CpuBackend final : public Backend {
       case OpKind::batched_matmul: {
         const auto& a = std::get<BatchedMatmulAttrs>(n.attrs);
         Tensor y = out;
-        cpu::batched_matmul(in[0], in[1], a.transpose_b, a.scale, y, precision_);
+        cpu::batched_matmul(in[0], in[1], a.transpose_b, a.scale, y, float_);
         return;
       }
       case OpKind::attention: {
         const auto& a = std::get<AttentionAttrs>(n.attrs);
         Tensor y = out;
-        cpu::attention(in[0], in[1], in[2], a.heads, a.scale, y, precision_, &pool_);
+        cpu::attention(in[0], in[1], in[2], a.heads, a.scale, y, float_, &pool_);
         return;
       }
       case OpKind::layer_norm: {
@@ -271,6 +273,7 @@ class CpuBackend final : public Backend {
 
   ThreadPool pool_;
   Precision precision_;
+  Precision float_;  // float_precision(): precision_, or in int8 bf16 on AMX and f32 elsewhere
 };
 
 }  // namespace

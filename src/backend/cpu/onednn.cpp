@@ -65,6 +65,11 @@ std::string isa_name() {
   }
 }
 
+Precision float_arithmetic(Precision p) {
+  if (p != Precision::kInt8) return p;
+  return isa_has_amx() ? Precision::kBF16 : Precision::kF32;
+}
+
 bool isa_has_amx() {
   static const bool amx = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
   return amx;

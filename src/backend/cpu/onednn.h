@@ -41,6 +41,9 @@ int num_threads();
 std::string isa_name();
 // Whether oneDNN runs on AMX tiles here (bf16 and int8): some fusions that pay on AVX-512 do not.
 bool isa_has_amx();
+// The arithmetic of the ops that are not int8 in `p` (Backend::float_precision): p itself in f32
+// and bf16; in int8 bf16 where oneDNN runs AMX tiles, else f32.
+Precision float_arithmetic(Precision p);
 
 dnnl::memory::data_type to_dnnl(DType dtype);  // throws kUnsupported for dtypes oneDNN lacks
 dnnl::memory::dims to_dims(const Shape& shape);

@@ -22,6 +22,7 @@ class ForeignBackend final : public Backend {
   const char* name() const override { return "foreign"; }
   Device device() const override { return Device::kForeign; }
   Precision precision() const override { return cpu_->precision(); }
+  Precision float_precision() const override { return cpu_->float_precision(); }
   BackendInfo info() const override {
     BackendInfo i = cpu_->info();
     i.backend = name();
