@@ -201,6 +201,40 @@ TEST(Int8, IsRefusedWithoutAFittingCalibration) {
   expect_invalid_input([&] { Engine::create(m.cfg, m.ck, o); }, "--precision int8");
 }
 
+// The recorded image stage keeps int8 between the blocks: the stem and every conv3 but the
+// neck's inputs write u8 codes, the downsamples s8, and the max pool runs on codes. (A model
+// that fell back to f32 between blocks would still be accurate, only slow: this guards it.)
+TEST(Int8, TheRecordedImageStageKeepsCodesBetweenBlocks) {
+  if (!cpu::has_int8_dot()) GTEST_SKIP() << "this CPU has no exact int8 dot product";
+  const MicroModel m;
+  EngineOptions o;
+  o.backend_options.threads = 2;
+  auto calibration = std::make_shared<Calibration>(measure_calibration(m.cfg, m.ck, o, [&](Engine& e, int64_t k) {
+    if (k >= 2) return false;
+    e.runner().forward(synthetic_frame(m.cfg, 7, static_cast<int>(k)));
+    return true;
+  }));
+  o.backend_options.precision = Precision::kInt8;
+  o.calibration_data = calibration;
+  const std::unique_ptr<Engine> engine = Engine::create(m.cfg, m.ck, o);
+  for (int k = 0; k < 2; ++k) engine->runner().forward(synthetic_frame(m.cfg, 7, k));
+  const std::string d = engine->runner().describe();
+  const auto line_of = [&](const std::string& label) {
+    const size_t at = d.find(label + " ");
+    if (at == std::string::npos) return std::string("(no op ") + label + ")";
+    return d.substr(at, d.find('\n', at) - at);
+  };
+  EXPECT_NE(line_of("img_backbone.conv1").find("out u8["), std::string::npos) << line_of("img_backbone.conv1");
+  EXPECT_NE(line_of("img_backbone.maxpool").find("out u8["), std::string::npos) << line_of("img_backbone.maxpool");
+  EXPECT_NE(line_of("img_backbone.layer1.0.downsample").find("out i8["), std::string::npos)
+      << line_of("img_backbone.layer1.0.downsample");
+  // layer1 feeds layer2 only (the micro set's neck reads layers 2-4): its last block writes codes.
+  const std::string l1 = line_of("img_backbone.layer1.0.conv3");
+  EXPECT_NE(l1.find("out u8["), std::string::npos) << l1;
+  EXPECT_NE(l1.find("in u8["), std::string::npos) << l1 << ": conv2's codes";
+  EXPECT_NE(l1.find(" i8["), std::string::npos) << l1 << ": the downsample's s8 identity";
+}
+
 double stage_error(const GoldenFrameResult& f, const std::string& name) {
   for (const auto& t : f.tensors) {
     if (t.name == name) return t.relative_l2;
