@@ -7,10 +7,13 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/conv2d_int8.h"
 #include "backend/cpu/onednn.h"
+#include "backend/ops.h"
 #include "bevformer/calibrate.h"
 #include "bevformer/golden.h"
 #include "error_test_util.h"
@@ -228,11 +231,41 @@ TEST(Int8, TheRecordedImageStageKeepsCodesBetweenBlocks) {
   EXPECT_NE(line_of("img_backbone.maxpool").find("out u8["), std::string::npos) << line_of("img_backbone.maxpool");
   EXPECT_NE(line_of("img_backbone.layer1.0.downsample").find("out i8["), std::string::npos)
       << line_of("img_backbone.layer1.0.downsample");
-  // layer1 feeds layer2 only (the micro set's neck reads layers 2-4): its last block writes codes.
+  // layer1 feeds layer2 only (the micro set's neck reads layers 2-4): its blocks write codes,
+  // block 0 over its downsample's s8 identity.
   const std::string l1 = line_of("img_backbone.layer1.0.conv3");
   EXPECT_NE(l1.find("out u8["), std::string::npos) << l1;
   EXPECT_NE(l1.find("in u8["), std::string::npos) << l1 << ": conv2's codes";
   EXPECT_NE(l1.find(" i8["), std::string::npos) << l1 << ": the downsample's s8 identity";
+  const std::string l1_last = line_of("img_backbone.layer1.2.conv3");
+  EXPECT_NE(l1_last.find("out u8["), std::string::npos) << l1_last << ": layer2's input codes";
+  // layer2 ends in f32: the neck reads it (and layer3's first block quantizes it again).
+  const std::string l2_last = line_of("img_backbone.layer2.3.conv3");
+  EXPECT_NE(l2_last.find("out f32["), std::string::npos) << l2_last;
+}
+
+// Ops refuses what an int8 conv cannot run, naming the op, before a plan is recorded: bf16
+// activations (even where int8's floats are bf16: an int8 conv reads f32 or its codes), and an
+// int8 output over an f32 residual.
+TEST(Int8, OpsRefuseBf16AndF32ResidualsAtAnInt8Conv) {
+  if (!cpu::has_int8_dot()) GTEST_SKIP() << "this CPU has no exact int8 dot product";
+  auto backend = make_cpu_backend(1, Precision::kInt8);
+  Ops ops(*backend);
+  Conv2dAttrs a;
+  a.relu = true;
+  a.int8_step = 0.02f;
+  a.int8_unsigned = true;
+  const Tensor w = Tensor::from_floats({4, 3, 1, 1}, std::vector<float>{0.5f, -1, 2, 1, 0, -0.25f, 3, 1, 1, -2, 0.5f, 1});
+  const PreparedWeights conv = ops.prepare_conv2d(w, nullptr, a);
+  const Tensor x = Tensor::from_floats({1, 1, 2, 3}, std::vector<float>{0.5f, 1, 2, 0, 0.25f, 3});
+  EXPECT_NO_THROW(ops.conv2d(x, conv, nullptr, "int8conv"));
+  expect_invalid_input([&] { ops.conv2d(x.to(DType::kBF16), conv, nullptr, "int8conv"); }, "the conv's int8 input");
+  expect_invalid_input([&] { ops.conv2d(x, conv, nullptr, "int8conv", DType::kBF16); }, "int8conv");
+  Conv2dAttrs r = a;
+  r.residual = true;
+  r.int8_out_step = 0.1f;
+  // Refused where it is prepared (cpu::Conv2dInt8) and, for a backend that would take it, by Ops.
+  expect_invalid_input([&] { ops.prepare_conv2d(w, nullptr, r); }, "over an f32 residual");
 }
 
 double stage_error(const GoldenFrameResult& f, const std::string& name) {

@@ -346,6 +346,10 @@ TEST(Conv2dInt8, CodesInTheResidualAndTheOutput) {
   Conv2dAttrs no_residual = plain;
   no_residual.int8_residual_step = 0.5f;
   test::expect_invalid_input([&] { Conv2dInt8(w, &b, no_residual, DType::kU8, act_scale); }, "without a residual");
+  // An f32 residual cannot be summed from an int8 output's buffer: refused, not miscoded.
+  Conv2dAttrs f32_residual = res;
+  f32_residual.int8_out_step = 0.109f;
+  test::expect_invalid_input([&] { Conv2dInt8(w, &b, f32_residual, DType::kU8, act_scale); }, "over an f32 residual");
   Conv2dAttrs bad_step = res;
   bad_step.int8_residual_step = -1.0f;
   test::expect_invalid_input([&] { Conv2dInt8(w, &b, bad_step, DType::kU8, act_scale); }, "int8 residual");

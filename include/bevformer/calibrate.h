@@ -1,6 +1,6 @@
 // Calibration for int8 precision, the public face of `bevformer calibrate`: frames run through
 // the model in f32 (eager, conv by conv, with history as a stream runs them) while every conv's
-// input range is recorded; the ranges are saved to a file that `--precision int8
+// input and output ranges are recorded; the ranges are saved to a file that `--precision int8
 // --calibration FILE` reads (docs/PERF.md "int8"). The file names the config and weights it was
 // measured on, and a model of other weights refuses it.
 #pragma once

@@ -62,9 +62,9 @@ inline constexpr OpKind kAllOps[] = {
 
 const char* op_name(OpKind kind);
 
-// kInt8: f32 everywhere except the convolutions the model prepared with a calibrated input step
-// (Conv2dAttrs::int8_step: the backbone's, docs/PERF.md "int8 precision"), which
-// multiply int8 inputs by int8 weights.
+// kInt8: the convolutions the model prepared with a calibrated input step (Conv2dAttrs::int8_step:
+// the backbone's, docs/PERF.md "int8 precision") multiply int8 inputs by int8 weights; everything
+// else runs in the backend's float arithmetic (Backend::float_precision: bf16 on AMX, else f32).
 enum class Precision : uint8_t { kF32, kBF16, kInt8 };
 const char* precision_name(Precision p);
 // "f32" | "bf16" | "int8" -> Precision; anything else throws Error(kInvalidInput) naming `where`.
@@ -110,6 +110,7 @@ struct BottleneckAttrs {
   std::vector<std::shared_ptr<const void>> members;
   std::vector<Shape> weight_shapes;
   DType act = DType::kF32;
+  bool int8 = false;  // the members run int8 (calibrated steps): the block reads and writes f32
 };
 
 // The attributes of a stride-1 bottleneck's convs (kernels 1, 3, 1 and a 1x1 downsample): conv1

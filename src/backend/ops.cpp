@@ -168,7 +168,7 @@ PreparedWeights Ops::prepare_bottleneck(const PreparedWeights& conv1, const Prep
   if (!(act == DType::kF32 || (act == DType::kBF16 && backend_.float_precision() == Precision::kBF16) ||
         (act == DType::kU8 && u8_chain))) {
     shape_error("bottleneck", "", std::string("activations in ") + dtype_name(act),
-                "f32, bf16 in bf16 precision, or u8 when conv1 and conv2 have int8 output steps");
+                "f32, bf16 in bf16 arithmetic, or u8 when conv1 and conv2 have int8 output steps");
   }
   if (u8_chain != (act == DType::kU8)) {
     shape_error("bottleneck", "", std::string("activations in ") + dtype_name(act) + " with convs that write " +
@@ -176,6 +176,7 @@ PreparedWeights Ops::prepare_bottleneck(const PreparedWeights& conv1, const Prep
   }
   BottleneckAttrs a;
   a.act = act;
+  a.int8 = std::get<Conv2dAttrs>(conv1.attrs).int8_step > 0;
   for (const PreparedWeights* w : {&conv1, &conv2, &conv3, downsample}) {
     if (!w) continue;
     a.members.push_back(w->state);
@@ -249,17 +250,22 @@ Tensor Ops::conv2d_impl(const Tensor& x, const PreparedWeights& w, const Tensor*
   const DType in_codes = a.int8_unsigned ? DType::kU8 : DType::kI8;
   const DType out_codes = a.relu ? DType::kU8 : DType::kI8;
   const DType res_codes = a.int8_residual_unsigned ? DType::kU8 : DType::kI8;
-  const char* want = bf16 ? "f32 or bf16" : "f32 (bf16 activations need bf16 arithmetic)";
-  if (!(x.dtype() == DType::kF32 || (bf16 && x.dtype() == DType::kBF16) || (int8_in && x.dtype() == in_codes))) {
+  // An int8 conv reads f32 or its codes and writes f32 or codes: bf16 is for float convs only.
+  const bool bf16_ok = bf16 && !int8_in;
+  const char* want = bf16_ok ? "f32 or bf16" : int8_in ? "f32 (an int8 conv)" : "f32 (bf16 activations need bf16 arithmetic)";
+  if (!(x.dtype() == DType::kF32 || (bf16_ok && x.dtype() == DType::kBF16) || (int8_in && x.dtype() == in_codes))) {
     shape_error("conv2d", label, "input is " + x.describe(),
                 int8_in ? std::string("f32 or ") + dtype_name(in_codes) + " (the conv's int8 input)" : want);
   }
   if (residual && (int8_res ? residual->dtype() != res_codes
-                            : !(residual->dtype() == DType::kF32 || (bf16 && residual->dtype() == DType::kBF16)))) {
+                            : !(residual->dtype() == DType::kF32 || (bf16_ok && residual->dtype() == DType::kBF16)))) {
     shape_error("conv2d", label, "residual is " + residual->describe(),
                 int8_res ? std::string(dtype_name(res_codes)) + " (the conv was prepared with an int8 residual step)" : want);
   }
-  if (int8_out ? out != out_codes : !(out == DType::kF32 || (bf16 && out == DType::kBF16))) {
+  if (int8_out && a.residual && !int8_res) {
+    shape_error("conv2d", label, "an int8 output over an f32 residual", "an int8 residual step with an int8 output step");
+  }
+  if (int8_out ? out != out_codes : !(out == DType::kF32 || (bf16_ok && out == DType::kBF16))) {
     shape_error("conv2d", label, std::string("output dtype ") + dtype_name(out) + " requested",
                 int8_out ? std::string(dtype_name(out_codes)) + " (the conv was prepared with an int8 output step)" : want);
   }
@@ -305,11 +311,12 @@ Tensor Ops::bottleneck(const Tensor& x, const PreparedWeights& block, DType out,
   }
   expect_prepared_by("bottleneck", label, block, backend_);
   const auto& a = std::get<BottleneckAttrs>(block.attrs);
-  const bool bf16 = backend_.float_precision() == Precision::kBF16;
+  // int8 members read and write f32 at the block's edges: bf16 is for float blocks only.
+  const bool bf16 = backend_.float_precision() == Precision::kBF16 && !a.int8;
   for (DType d : {x.dtype(), out}) {
     if (!(d == DType::kF32 || (bf16 && d == DType::kBF16))) {
       shape_error("bottleneck", label, std::string("input ") + x.describe() + ", output dtype " + dtype_name(out),
-                  bf16 ? "f32 or bf16" : "f32 (bf16 activations need bf16 arithmetic)");
+                  bf16 ? "f32 or bf16" : a.int8 ? "f32 (int8 members)" : "f32 (bf16 activations need bf16 arithmetic)");
     }
   }
   const int64_t c = a.weight_shapes[0][1], e = a.weight_shapes[2][0];

@@ -77,8 +77,8 @@ class BevFormer {
   // Binds and validates every weight the config needs (all problems reported at once), prepares
   // the weighted ops and uploads every other weight through `ops` to its backend. The checkpoint
   // need not outlive the model.
-  // In int8 precision `calibration` gives the input ranges of the convs that run in int8 (read
-  // from `calibration_source`, named in errors).
+  // In int8 precision `calibration` gives the input and output ranges of the convs that run in
+  // int8 (read from `calibration_source`, named in errors).
   BevFormer(ModelConfig cfg, const Checkpoint& checkpoint, Ops& ops, const Calibration* calibration = nullptr,
             const std::string& calibration_source = {});
 

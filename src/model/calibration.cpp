@@ -107,10 +107,10 @@ Calibration Calibration::parse(std::string_view text, const std::string& source)
   if (!frames.is_number_integer() || frames.get<int64_t>() < 1) bad(source, "frames is " + frames.dump() + ", not a count >= 1");
   c.frames = frames.get<int64_t>();
   const auto read_ranges = [&](const char* key, std::map<std::string, ActivationRange>& into) {
-    const nlohmann::json& ranges = field(key);
-    if (!ranges.is_object() || ranges.empty()) bad(source, std::string("\"") + key + "\" is not an object of conv ranges");
-    if (ranges.size() > kMaxRanges) bad(source, std::to_string(ranges.size()) + " " + key);
-    for (const auto& [label, r] : ranges.items()) {
+    const nlohmann::json& listed = field(key);
+    if (!listed.is_object() || listed.empty()) bad(source, std::string("\"") + key + "\" is not an object of conv ranges");
+    if (listed.size() > kMaxRanges) bad(source, std::to_string(listed.size()) + " " + key);
+    for (const auto& [label, r] : listed.items()) {
       if (!r.is_object()) bad(source, std::string("the ") + key + " range of '" + label + "' is not an object");
       const double lo = finite_number(r.contains("min") ? r["min"] : nlohmann::json(), source, label + ".min");
       const double hi = finite_number(r.contains("max") ? r["max"] : nlohmann::json(), source, label + ".max");

@@ -34,7 +34,8 @@ float block_input_step(Ops& ops, const WeightSource& w, const std::string& p, bo
   if (ops.backend().precision() != Precision::kInt8) return 0;
   const Conv2dAttrs a1 = w.int8_input(ops, p + ".conv1", {});
   if (!a1.int8_unsigned) return 0;
-  if (downsample && w.int8_input(ops, p + ".downsample", {}).int8_step != a1.int8_step) {
+  const Conv2dAttrs ads = downsample ? w.int8_input(ops, p + ".downsample", {}) : a1;
+  if (ads.int8_step != a1.int8_step || ads.int8_unsigned != a1.int8_unsigned) {
     throw Error(ErrorKind::kInvalidInput, "the calibration gives " + p + ".conv1 and " + p +
                                               ".downsample different ranges of their one input")
         .expected("a calibration file as `bevformer calibrate` writes it")
@@ -54,7 +55,8 @@ BottleneckWeights load_bottleneck(Ops& ops, const WeightSource& w, const Backbon
   BottleneckWeights b;
   b.dcn = dcn;
   b.has_downsample = downsample;
-  // int8 precision runs every conv but DCNv2's offsets and sampling (f32 kernels of ours) in int8,
+  // int8 precision runs every conv but DCNv2's offsets and sampling (our kernels, in the float
+  // arithmetic: Backend::float_precision) in int8,
   // each on its calibrated input step (the labels are those bottleneck_forward gives the ops, the
   // calibration's keys); conv1 and conv2 then write u8 codes of the next conv's step, so the
   // chain stays int8 inside the block and t1, t2 take a quarter of f32's bytes.
@@ -100,7 +102,8 @@ BottleneckWeights load_bottleneck(Ops& ops, const WeightSource& w, const Backbon
   if (downsample) {
     b.downsample = load_conv_bn(ops, w, p + ".downsample.0", p + ".downsample.1", cfg.norm_eps, ads);
   }
-  if (!dcn && Ops::bottleneck_fusable(b.conv1, b.conv2, b.conv3, downsample ? &b.downsample : nullptr)) {
+  // The fused block reads a float input: a block whose input arrives as codes runs conv by conv.
+  if (!dcn && in_step == 0 && Ops::bottleneck_fusable(b.conv1, b.conv2, b.conv3, downsample ? &b.downsample : nullptr)) {
     b.fused = ops.prepare_bottleneck(b.conv1, b.conv2, b.conv3, downsample ? &b.downsample : nullptr, b.inner);
   }
   return b;

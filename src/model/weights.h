@@ -17,7 +17,7 @@ namespace bev {
 class WeightSource {
  public:
   // Throws Error(kInvalidInput) with the validation report when the checkpoint does not fit cfg.
-  // `calibration` (int8 precision): the input ranges of the convs int8 runs, read from
+  // `calibration` (int8 precision): the input and output ranges of the convs int8 runs, read from
   // `calibration_source` (named in errors).
   WeightSource(const ModelConfig& cfg, const Checkpoint& checkpoint, const Calibration* calibration = nullptr,
                std::string calibration_source = {});

@@ -214,7 +214,8 @@ double op_bytes(const OpNode& n, Precision precision) {
       const auto* a = std::get_if<BottleneckAttrs>(&n.attrs);
       double w = 0;
       if (a) {
-        for (const Shape& s : a->weight_shapes) w += product(s) * weight_element + static_cast<double>(s[0]) * 4;
+        const double element = a->int8 ? 1 : weight_element;  // int8 members: a byte a weight
+        for (const Shape& s : a->weight_shapes) w += product(s) * element + static_cast<double>(s[0]) * 4;
       }
       return in + out + w;
     }

@@ -33,10 +33,10 @@ class CalibratingBackend final : public ForwardingBackend {
 class Engine;
 struct EngineOptions;
 
-// Frames through an f32 model of cfg and checkpoint that records each conv's input range:
-// run_frame(engine, k) runs frame k (k = 0, 1, ...) with the engine's streams (so with history)
-// and returns false when there is none left. options: backend and threads (precision, replay and
-// profiling are set here). Error(kInvalidInput) when no frame ran.
+// Frames through an f32 model of cfg and checkpoint that records each conv's input and output
+// range: run_frame(engine, k) runs frame k (k = 0, 1, ...) with the engine's streams (so with
+// history) and returns false when there is none left. options: backend and threads (precision,
+// replay and profiling are set here). Error(kInvalidInput) when no frame ran.
 Calibration measure_calibration(const ModelConfig& cfg, const Checkpoint& checkpoint, const EngineOptions& options,
                                 const std::function<bool(Engine&, int64_t)>& run_frame);
 

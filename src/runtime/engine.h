@@ -39,8 +39,8 @@ struct EngineOptions {
   // one already measured (calibration_data; `calibration` then only names it in errors).
   std::string calibration;
   std::shared_ptr<const Calibration> calibration_data;
-  // Calibrating: every conv's input range is widened into *record_calibration as it runs (an
-  // f32 model, eager and conv by conv: runtime/calibrate.h). Not with profiling.
+  // Calibrating: every conv's input and output range is widened into *record_calibration as it
+  // runs (an f32 model, eager and conv by conv: runtime/calibrate.h). Not with profiling.
   Calibration* record_calibration = nullptr;
 };
 

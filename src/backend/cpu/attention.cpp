@@ -237,8 +237,10 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, flo
 
   // Each thread runs whole query blocks: scores, softmax and context of a block stay in its
   // cache, and the small products (M = block rows, K or N = hd) run one call per block on that
-  // thread alone. Splitting each product over the threads instead cost a fork and join per
-  // product and per softmax, three times a block (decoder self-attention, tiny: see PERF.md).
+  // thread alone (oneDNN's OpenMP runs a primitive called inside the pool's OpenMP region on its
+  // caller: the CPU backend's pool is an OpenMP one). Splitting each product over the threads
+  // instead cost a fork and join per product and per softmax, three times a block (decoder
+  // self-attention, tiny: see PERF.md).
   auto blocks = [&](int64_t b, int64_t blk0, int64_t blk1, int lane) {
     Lane& l = plan->lanes[static_cast<size_t>(lane)];
     auto* s = static_cast<float*>(l.s.get_data_handle());

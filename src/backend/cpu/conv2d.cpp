@@ -34,7 +34,7 @@ void check_activation(const char* name, const Tensor& t, Precision precision) {
       !(t.dtype() == DType::kF32 || (bf16_ok && t.dtype() == DType::kBF16))) {
     throw Error(ErrorKind::kInvalidInput, std::string(name) + " is " + (t.defined() ? t.describe() : "undefined"))
         .where("cpu::Conv2d")
-        .expected(bf16_ok ? "a contiguous host f32 or bf16 tensor" : "a contiguous host f32 tensor (bf16 only in bf16 precision)");
+        .expected(bf16_ok ? "a contiguous host f32 or bf16 tensor" : "a contiguous host f32 tensor (bf16 only in bf16 arithmetic)");
   }
 }
 

@@ -82,7 +82,7 @@ struct Conv2dInt8::State {
   int64_t out_ch = 0, in_ch_per_group = 0, kh = 0, kw = 0;
   Tensor q_weights;                // s8 OIHW, the source of every weight layout
   Tensor w_scales;                 // f32 [O]
-  std::vector<float> out_scales;   // act_scale * w_scales[o] (/ out step for a u8 output)
+  std::vector<float> out_scales;   // act_scale * w_scales[o] (/ out step for an int8 output)
   dnnl::memory bias;               // f32 [O] / (act_scale * w_scales[o]): oneDNN 2.x scales conv + bias together
   PackedWeights weights;
 
@@ -217,6 +217,11 @@ Conv2dInt8::Conv2dInt8(const Tensor& weight_oihw, const Tensor* bias, const Conv
   const auto normal_step = [](float step) { return step >= FLT_MIN && std::isfinite(step) && std::isfinite(1.0f / step); };
   if (attrs.int8_out_step != 0 && !normal_step(attrs.int8_out_step)) {
     invalid("an int8 output of step " + std::to_string(attrs.int8_out_step), "a normal float32 step whose inverse is finite");
+  }
+  if (attrs.int8_out_step > 0 && attrs.residual && attrs.int8_residual_step == 0) {
+    // An f32 residual cannot be summed from an int8 output buffer (it would land there rounded to
+    // an integer, not as codes of the output's step).
+    invalid("an int8 output over an f32 residual", "an int8 residual (int8_residual_step) under an int8 output");
   }
   if (attrs.int8_residual_step != 0 || attrs.int8_residual_unsigned) {
     if (!attrs.residual || !normal_step(attrs.int8_residual_step)) {
