@@ -220,6 +220,11 @@ TEST(Int8, TheRecordedImageStageKeepsCodesBetweenBlocks) {
   o.backend_options.precision = Precision::kInt8;
   o.calibration_data = calibration;
   const std::unique_ptr<Engine> engine = Engine::create(m.cfg, m.ck, o);
+  // What is not int8 runs in bf16 where the CPU has AMX tiles, else f32; the summary says so.
+  const BackendInfo info = engine->backend_info();
+  EXPECT_EQ(info.precision, "int8");
+  EXPECT_EQ(info.float_precision, cpu::isa_has_amx() ? "bf16" : "f32");
+  EXPECT_NE(info.summary().find("int8 with " + info.float_precision + " floats"), std::string::npos) << info.summary();
   for (int k = 0; k < 2; ++k) engine->runner().forward(synthetic_frame(m.cfg, 7, k));
   const std::string d = engine->runner().describe();
   const auto line_of = [&](const std::string& label) {

@@ -122,6 +122,9 @@ struct DeviceInfo {
   std::string isa;        // e.g. "avx512_core_bf16"
   int threads = 0;
   std::string precision;
+  // What runs in floating point: the precision itself in f32 and bf16; in int8 "bf16" on a CPU
+  // with AMX, else "f32" (everything but the int8 convolutions).
+  std::string float_precision;
 };
 
 // The backends this binary was built with ("cpu", "foreign" and, with CUDA, "cuda").

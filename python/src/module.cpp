@@ -354,6 +354,7 @@ PYBIND11_MODULE(_bevformer, m) {
     d["isa"] = i.isa;
     d["threads"] = i.threads;
     d["precision"] = i.precision;
+    d["float_precision"] = i.float_precision;
     d["versions"] = versions();
     return d;
   });

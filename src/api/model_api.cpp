@@ -387,7 +387,7 @@ bool Model::untrained() const { return impl_->untrained; }
 
 DeviceInfo Model::device_info() const {
   const BackendInfo b = impl_->engine->backend_info();
-  return {b.backend, b.device, b.isa, b.threads, b.precision};
+  return {b.backend, b.device, b.isa, b.threads, b.precision, b.float_precision};
 }
 
 std::string Model::describe() {

@@ -129,6 +129,7 @@ def test_model_surfaces():
     with micro_model(precision="f32", max_streams=8) as model:
         info = model.device_info
         assert info["backend"] == "cpu" and info["threads"] == 1 and info["precision"] == "f32"
+        assert info["float_precision"] == "f32"
         assert info["device"] and info["isa"]
         assert set(info["versions"]) >= {"bevformer", "onednn", "opencv", "pybind11"}
         knobs = model.knobs.as_dict()
