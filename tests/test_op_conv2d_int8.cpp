@@ -197,6 +197,29 @@ TEST_P(Conv2dInt8Cases, MatchesTheIntegerReference) {
   }
 }
 
+// The codes q of the f32 output y at `step`: saturate(nearbyint(y / step)) over u8 or s8, one
+// off only within 1e-4 of a tie (the f32 roundings before the code, as the test below says).
+// Returns how many values saturated.
+int64_t expect_codes_of(const Tensor& y, const Tensor& q, float step, const std::string& what) {
+  const bool u8 = q.dtype() == DType::kU8;
+  const double lo = u8 ? 0.0 : -128.0, hi = u8 ? 255.0 : 127.0;
+  int64_t exact = 0, saturated = 0;
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    const double v = y.data<float>()[i] / static_cast<double>(step);
+    const double want = std::clamp(std::nearbyint(v), lo, hi);
+    const int64_t got = int_at(q, i);
+    saturated += v > hi + 0.5 || v < lo - 0.5;
+    if (got == want) {
+      ++exact;
+    } else {
+      EXPECT_LE(std::fabs(static_cast<double>(got) - want), 1) << what << " at " << i;
+      EXPECT_LE(std::fabs(v - std::floor(v) - 0.5), 1e-4) << what << ": code " << got << " for y / step = " << v;
+    }
+  }
+  EXPECT_GT(exact, y.numel() * 99 / 100) << what;
+  return saturated;
+}
+
 // A u8 output (int8_out_step: the next conv's input step) holds the codes of the f32 output:
 // saturate(nearbyint(y / out_step)). The f32 roundings before the code (6 u S, as above) can move
 // a value across a rounding boundary, so a code may be one off where y / out_step lies within
@@ -222,54 +245,15 @@ TEST(Conv2dInt8, U8OutputsAreTheCodesOfTheF32Output) {
     ThreadsGuard guard(threads);
     f32_out.run(qx, nullptr, y);
     u8_out.run(qx, nullptr, q);
-    int64_t exact = 0, near_tie = 0, saturated = 0;
-    for (int64_t i = 0; i < y.numel(); ++i) {
-      const double v = y.data<float>()[i] / static_cast<double>(au8.int8_out_step);
-      const double want = std::clamp(std::nearbyint(v), 0.0, 255.0);
-      const int got = q.data<uint8_t>()[i];
-      saturated += v > 255.5;
-      const double to_tie = std::fabs(v - std::floor(v) - 0.5);
-      if (got == want) {
-        ++exact;
-      } else {
-        ++near_tie;
-        EXPECT_LE(std::fabs(got - want), 1) << i;
-        EXPECT_LE(to_tie, 1e-4) << "code " << got << " for y / step = " << v;
-      }
-    }
-    std::printf("u8 output, %d thr: %lld exact, %lld one off at a tie, %lld saturated\n", threads,
-                static_cast<long long>(exact), static_cast<long long>(near_tie), static_cast<long long>(saturated));
+    const int64_t saturated = expect_codes_of(y, q, au8.int8_out_step, std::to_string(threads) + " threads");
+    std::printf("u8 output, %d thr: %lld saturated\n", threads, static_cast<long long>(saturated));
     EXPECT_GT(saturated, 0);
-    EXPECT_GT(exact, y.numel() * 99 / 100);
   }
   Conv2dAttrs no_relu = au8;
   no_relu.relu = false;
   EXPECT_EQ(Conv2dInt8(w, &b, no_relu, DType::kU8, 0.0371f).out(), DType::kI8);  // codes without a ReLU are signed
   Tensor wrong = Tensor::empty(out, DType::kF32);
   test::expect_invalid_input([&] { u8_out.run(qx, nullptr, wrong); }, "output");
-}
-
-// The codes q of the f32 output y at `step`: saturate(nearbyint(y / step)) over u8 or s8, one
-// off only within 1e-4 of a tie (the f32 roundings before the code, as above). Returns how many
-// values saturated.
-int64_t expect_codes_of(const Tensor& y, const Tensor& q, float step, const std::string& what) {
-  const bool u8 = q.dtype() == DType::kU8;
-  const double lo = u8 ? 0.0 : -128.0, hi = u8 ? 255.0 : 127.0;
-  int64_t exact = 0, saturated = 0;
-  for (int64_t i = 0; i < y.numel(); ++i) {
-    const double v = y.data<float>()[i] / static_cast<double>(step);
-    const double want = std::clamp(std::nearbyint(v), lo, hi);
-    const int64_t got = int_at(q, i);
-    saturated += v > hi + 0.5 || v < lo - 0.5;
-    if (got == want) {
-      ++exact;
-    } else {
-      EXPECT_LE(std::fabs(static_cast<double>(got) - want), 1) << what << " at " << i;
-      EXPECT_LE(std::fabs(v - std::floor(v) - 0.5), 1e-4) << what << ": code " << got << " for y / step = " << v;
-    }
-  }
-  EXPECT_GT(exact, y.numel() * 99 / 100) << what;
-  return saturated;
 }
 
 // Codes in and out of a ResNet block in int8 precision: an s8 output without a ReLU (the

@@ -99,6 +99,13 @@ struct Conv2dAttrs {
 // dilation 1x1, groups 1").
 bool conv2d_geometry_valid(const Conv2dAttrs& a);
 std::string conv2d_geometry_str(const Conv2dAttrs& a);
+// The dtypes of a conv's int8 codes, the one rule Ops and every backend's convolutions share:
+// the input's (int8_step: u8 if int8_unsigned, else s8), the output's (int8_out_step: u8 after a
+// ReLU, else s8) and the residual's (int8_residual_step: u8 if int8_residual_unsigned, else s8);
+// kF32 where that tensor is not int8.
+DType conv2d_int8_input(const Conv2dAttrs& a);
+DType conv2d_int8_output(const Conv2dAttrs& a);
+DType conv2d_int8_residual(const Conv2dAttrs& a);
 // PyTorch's output extent (floor) of a convolution along one axis; oneDNN accepts the same floor
 // with symmetric padding.
 int64_t conv_out_extent(int64_t in, int64_t k, int stride, int pad, int dilation);

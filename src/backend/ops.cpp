@@ -57,6 +57,18 @@ bool conv2d_geometry_valid(const Conv2dAttrs& a) {
          a.groups >= 1;
 }
 
+namespace {
+DType int8_codes(bool is_unsigned) { return is_unsigned ? DType::kU8 : DType::kI8; }
+}  // namespace
+
+// A step of 0 is no int8 (Conv2dAttrs); any other is int8, and the backend refuses one that is
+// not a normal positive float.
+DType conv2d_int8_input(const Conv2dAttrs& a) { return a.int8_step != 0 ? int8_codes(a.int8_unsigned) : DType::kF32; }
+DType conv2d_int8_output(const Conv2dAttrs& a) { return a.int8_out_step != 0 ? int8_codes(a.relu) : DType::kF32; }
+DType conv2d_int8_residual(const Conv2dAttrs& a) {
+  return a.int8_residual_step != 0 ? int8_codes(a.int8_residual_unsigned) : DType::kF32;
+}
+
 std::string conv2d_geometry_str(const Conv2dAttrs& a) {
   auto pair = [](int h, int w) { return std::to_string(h) + "x" + std::to_string(w); };
   return "stride " + pair(a.stride_h, a.stride_w) + ", pad " + pair(a.pad_h, a.pad_w) + ", dilation " +
@@ -246,10 +258,8 @@ Tensor Ops::conv2d_impl(const Tensor& x, const PreparedWeights& w, const Tensor*
   // int8 precision: a conv with an int8 input step may read its codes (u8 or s8), one with an
   // output step writes them (u8 after a ReLU, else s8), one with a residual step adds them
   // (Conv2dAttrs); every other activation is f32.
-  const bool int8_in = a.int8_step > 0, int8_out = a.int8_out_step > 0, int8_res = a.int8_residual_step > 0;
-  const DType in_codes = a.int8_unsigned ? DType::kU8 : DType::kI8;
-  const DType out_codes = a.relu ? DType::kU8 : DType::kI8;
-  const DType res_codes = a.int8_residual_unsigned ? DType::kU8 : DType::kI8;
+  const DType in_codes = conv2d_int8_input(a), out_codes = conv2d_int8_output(a), res_codes = conv2d_int8_residual(a);
+  const bool int8_in = in_codes != DType::kF32, int8_out = out_codes != DType::kF32, int8_res = res_codes != DType::kF32;
   // An int8 conv reads f32 or its codes and writes f32 or codes: bf16 is for float convs only.
   const bool bf16_ok = bf16 && !int8_in;
   const char* want = bf16_ok ? "f32 or bf16" : int8_in ? "f32 (an int8 conv)" : "f32 (bf16 activations need bf16 arithmetic)";

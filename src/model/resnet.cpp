@@ -70,7 +70,6 @@ BottleneckWeights load_bottleneck(Ops& ops, const WeightSource& w, const Backbon
   // sum of oneDNN's int8 convolution reads them from the output buffer, in place). An identity
   // that is float (a float block input without a downsample) keeps the output float.
   if (!downsample && in_step == 0) out_step = 0;
-  b.out = out_step > 0 ? DType::kU8 : float_out;
   a3.int8_out_step = out_step;
   if (downsample && out_step > 0) {
     ads.int8_out_step = w.int8_output_step(ops, p + ".downsample", /*relu=*/false);
@@ -79,7 +78,13 @@ BottleneckWeights load_bottleneck(Ops& ops, const WeightSource& w, const Backbon
     a3.int8_residual_step = in_step;
     a3.int8_residual_unsigned = true;
   }
-  b.identity = downsample && ads.int8_out_step > 0 ? DType::kI8 : b.out;
+  // What conv3 and the downsample write: their int8 codes, else float_out.
+  const auto written = [float_out](const Conv2dAttrs& a) {
+    const DType codes = conv2d_int8_output(a);
+    return codes == DType::kF32 ? float_out : codes;
+  };
+  b.out = written(a3);
+  b.identity = written(ads);
   b.inner = conv_activations(ops);
   if (!dcn && a1.int8_step > 0 && a2.int8_step > 0 && a2.int8_unsigned && a3.int8_step > 0 && a3.int8_unsigned) {
     a1.int8_out_step = a2.int8_step;

@@ -6,6 +6,8 @@
 #include <map>
 #include <unordered_map>
 
+#include "profile/profiler.h"
+
 namespace bev {
 namespace {
 
@@ -69,7 +71,6 @@ json graph_report_json(const RecordedStage& stage, const std::string& variant, P
   std::unordered_map<const Storage*, size_t> external_of;
   json external = json::array();
 
-  const double weight_element = precision == Precision::kBF16 ? 2 : 4;
   json ops = json::array(), weights = json::array();
   size_t weight_bytes = 0;
   const std::vector<OpNode>& nodes = stage.nodes();
@@ -111,14 +112,10 @@ json graph_report_json(const RecordedStage& stage, const std::string& variant, P
     std::vector<Shape> shapes;
     if (!n.weight_shape.empty()) shapes.push_back(n.weight_shape);
     if (const auto* b = std::get_if<BottleneckAttrs>(&n.attrs)) shapes = b->weight_shapes;
-    // int8 convs (a calibrated step, or a fused block of them) hold a byte a weight.
-    const auto* conv = std::get_if<Conv2dAttrs>(&n.attrs);
-    const auto* block = std::get_if<BottleneckAttrs>(&n.attrs);
-    const bool int8 = (conv && conv->int8_step > 0) || (block && block->int8);
     if (!shapes.empty()) {
       op["weight_shapes"] = shapes;
       for (const Shape& w : shapes) {
-        const auto bytes = static_cast<size_t>(product(w) * (int8 ? 1 : weight_element));
+        const auto bytes = static_cast<size_t>(product(w) * weight_element_bytes(n, precision));
         weight_bytes += bytes;
         weights.push_back({{"op", i}, {"label", n.label}, {"kind", op_name(n.kind)}, {"shape", w}, {"bytes", bytes}});
       }

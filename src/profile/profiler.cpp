@@ -196,8 +196,15 @@ double op_flops(const OpNode& n) {
   }
 }
 
+double weight_element_bytes(const OpNode& n, Precision float_precision) {
+  const auto* conv = std::get_if<Conv2dAttrs>(&n.attrs);
+  const auto* block = std::get_if<BottleneckAttrs>(&n.attrs);
+  if ((conv && conv->int8_step > 0) || (block && block->int8)) return 1;
+  return float_precision == Precision::kBF16 ? 2 : 4;
+}
+
 double op_bytes(const OpNode& n, Precision precision) {
-  const double weight_element = precision == Precision::kBF16 ? 2 : 4;
+  const double weight_element = weight_element_bytes(n, precision);
   double in = 0, out = 0;
   for (const Tensor& t : n.inputs) in += nbytes(t);
   for (const Tensor& t : n.outputs) out += nbytes(t);
@@ -205,8 +212,7 @@ double op_bytes(const OpNode& n, Precision precision) {
     case OpKind::conv2d:
     case OpKind::deform_conv2d:
     case OpKind::linear: {
-      const auto* conv = std::get_if<Conv2dAttrs>(&n.attrs);
-      const double w = product(n.weight_shape) * (conv && conv->int8_step > 0 ? 1 : weight_element);
+      const double w = product(n.weight_shape) * weight_element;
       const double bias = n.weight_shape.empty() ? 0 : static_cast<double>(n.weight_shape[0]) * 4;
       return in + out + w + bias;
     }
@@ -214,8 +220,7 @@ double op_bytes(const OpNode& n, Precision precision) {
       const auto* a = std::get_if<BottleneckAttrs>(&n.attrs);
       double w = 0;
       if (a) {
-        const double element = a->int8 ? 1 : weight_element;  // int8 members: a byte a weight
-        for (const Shape& s : a->weight_shapes) w += product(s) * element + static_cast<double>(s[0]) * 4;
+        for (const Shape& s : a->weight_shapes) w += product(s) * weight_element + static_cast<double>(s[0]) * 4;
       }
       return in + out + w;
     }

@@ -144,6 +144,9 @@ class ProfilingBackend final : public ForwardingBackend {
 // precision), except where an op reads only part of an input (gathers, MSDA's corners).
 double op_flops(const OpNode& node);
 double op_bytes(const OpNode& node, Precision precision);
+// The bytes one weight of `node` takes: 1 in an int8 conv (a calibrated step) or a fused block
+// of them, else 2 when `float_precision` is bf16 and 4 in f32.
+double weight_element_bytes(const OpNode& node, Precision float_precision);
 
 // An upper bound of what the detached decorator adds per op, in ns: the time of a call through
 // it to a backend that does nothing (so the inner call, which runs anyway, is counted too).

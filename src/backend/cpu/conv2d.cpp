@@ -311,7 +311,7 @@ Conv2d::Conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs&
     }
     // Conv2dInt8 checks the step and the CPU, quantizes the weights and packs them; nothing in f32.
     s.int8 = std::make_shared<const Conv2dInt8>(weight_oihw, bias, attrs,
-                                                attrs.int8_unsigned ? DType::kU8 : DType::kI8, attrs.int8_step);
+                                                conv2d_int8_input(attrs), attrs.int8_step);
     return;
   }
   const Precision arithmetic = arithmetic_of(precision);

@@ -102,12 +102,8 @@ struct Conv2dInt8::State {
 
   int64_t groups() const { return attrs.groups; }
   int64_t in_ch() const { return in_ch_per_group * groups(); }
-  DType out() const { return attrs.int8_out_step > 0 ? (attrs.relu ? DType::kU8 : DType::kI8) : DType::kF32; }
-  // The residual's dtype: int8 codes (attrs.int8_residual_step) or f32.
-  DType residual_dtype() const {
-    if (!(attrs.int8_residual_step > 0)) return DType::kF32;
-    return attrs.int8_residual_unsigned ? DType::kU8 : DType::kI8;
-  }
+  DType out() const { return conv2d_int8_output(attrs); }
+  DType residual_dtype() const { return conv2d_int8_residual(attrs); }
   // An int8 residual under an int8 output is summed from the output buffer as codes (its bytes
   // copied there when it lies apart); under an f32 output it is dequantized into the buffer first.
   bool sums_codes() const { return residual_dtype() != DType::kF32 && out() != DType::kF32; }
@@ -208,13 +204,13 @@ Conv2dInt8::Conv2dInt8(const Tensor& weight_oihw, const Tensor* bias, const Conv
   }
   State& s = *state_;
   if (act != DType::kU8 && act != DType::kI8) invalid(std::string("activation dtype ") + dtype_name(act), "u8 or i8");
-  if (!(act_scale >= FLT_MIN) || !std::isfinite(1.0f / act_scale)) {
+  const auto normal_step = [](float step) { return step >= FLT_MIN && std::isfinite(step) && std::isfinite(1.0f / step); };
+  if (!normal_step(act_scale)) {
     invalid("activation scale " + std::to_string(act_scale), "a normal float32 step whose inverse is finite");
   }
   if (!conv2d_geometry_valid(attrs)) {
     invalid("attributes " + conv2d_geometry_str(attrs), "stride, dilation, groups >= 1 and pad >= 0");
   }
-  const auto normal_step = [](float step) { return step >= FLT_MIN && std::isfinite(step) && std::isfinite(1.0f / step); };
   if (attrs.int8_out_step != 0 && !normal_step(attrs.int8_out_step)) {
     invalid("an int8 output of step " + std::to_string(attrs.int8_out_step), "a normal float32 step whose inverse is finite");
   }

@@ -190,9 +190,7 @@ void max_pool2d_3x3_s2_p1(const Tensor& x, Tensor& y, ThreadPool* pool) {
   const DType dt = x.defined() ? x.dtype() : DType::kF32;
   expect_nhwc(op, x, "input x", /*bf16_ok=*/true, /*u8_ok=*/true);
   const Shape ys = max_pool2d_3x3_s2_p1_shape(x.shape());
-  if (!y.defined() || y.dtype() != dt || y.device() != Device::kCpu || !y.is_contiguous() || y.shape() != ys) {
-    bad_tensor(op, y, "output y", std::string("contiguous host ") + dtype_name(dt) + shape_str(ys) + " (the input's dtype)");
-  }
+  expect_host_shape(op, y, "output y (the input's dtype)", dt, ys);
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   static const bool avx512bw = __builtin_cpu_supports("avx512bw");
   if (dt == DType::kF32) {
