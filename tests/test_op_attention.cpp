@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/cpu/attention.h"
+#include "backend/cpu/attention_amx.h"
 #include "backend/cpu/onednn.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
@@ -173,6 +174,28 @@ TEST(CpuAttention, SeveralBlocksWithAShortLast) {
   check(t, Precision::kBF16, 1);
 }
 
+// Heads of 32 channels at a positive scale: on an AMX machine, bf16 runs the fused tile kernel
+// (attention_amx.h). Keys on both sides of its chunks of 64 (1, 63, 64, 65, 129) and queries on
+// both sides of its tiles of 16, one thread and two. Elsewhere these run the oneDNN path.
+TEST(CpuAttention, TileKernelShapes) {
+  if (isa_has_amx()) {
+    EXPECT_TRUE(attention_amx_applies(256, 8, 0.1767767f));
+  }
+  EXPECT_FALSE(attention_amx_applies(256, 8, -0.5f));  // the oneDNN path keeps other scales
+  EXPECT_FALSE(attention_amx_applies(64, 4, 0.5f));    // and heads of 16
+  const Case cases[] = {
+      {1, 1, 1, 32, 1, 0.5f},   {2, 17, 63, 64, 2, 0.3f}, {1, 16, 64, 32, 1, 0.25f},
+      {1, 33, 65, 96, 3, 0.2f}, {2, 5, 129, 64, 2, 0.4f}, {1, 20, 30, 64, 2, -0.3f},  // the last: oneDNN's
+  };
+  for (const Case& t : cases) {
+    check(t, Precision::kBF16, 1);
+    check(t, Precision::kBF16, 2);
+  }
+}
+
+// The decoder's self-attention as the model runs it: 900 queries and keys, 8 heads of 32.
+TEST(CpuAttention, DecoderShapeBF16) { check({1, 900, 900, 256, 8, 0.1767767f}, Precision::kBF16, 2); }
+
 TEST(CpuAttention, NanPoisonsOnlyItsRowAndHead) {
   const Case t{1, 9, 11, 8, 2, 0.5f};
   Tensor q = random_tensor({1, 9, 8}, 7);
@@ -186,6 +209,28 @@ TEST(CpuAttention, NanPoisonsOnlyItsRowAndHead) {
         const bool poisoned = i == 5 && c < 4;
         EXPECT_EQ(poisoned, std::isnan(y.data<float>()[i * 8 + c])) << "query " << i << " channel " << c;
       }
+  }
+}
+
+// The same with heads of 32 channels (the tile kernel's, on AMX) and a NaN in the last key chunk's
+// lanes, in a query past the first tile and in a value.
+TEST(CpuAttention, NanStaysInItsRowHeadOrColumnWithWideHeads) {
+  const int64_t ql = 21, kl = 70, c = 64;
+  for (int which = 0; which < 3; ++which) {
+    Tensor q = random_tensor({1, ql, c}, 27), k = random_tensor({1, kl, c}, 28), v = random_tensor({1, kl, c}, 29);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    if (which == 0) q.data<float>()[18 * c + 40] = nan;  // query 18, head 1
+    if (which == 1) k.data<float>()[67 * c + 3] = nan;   // key 67 (past the first chunk), head 0
+    if (which == 2) v.data<float>()[66 * c + 35] = nan;  // value 66, head 1, channel 35
+    for (Precision p : {Precision::kF32, Precision::kBF16}) {
+      Tensor y = Tensor::empty({1, ql, c}, DType::kF32);
+      attention(q, k, v, 2, 0.25f, y, p);
+      for (int64_t i = 0; i < ql; ++i)
+        for (int64_t ch = 0; ch < c; ++ch) {
+          const bool expect = which == 0 ? (i == 18 && ch >= 32) : which == 1 ? ch < 32 : ch == 35;
+          EXPECT_EQ(expect, std::isnan(y.data<float>()[i * c + ch])) << "case " << which << " query " << i << " channel " << ch;
+        }
+    }
   }
 }
 

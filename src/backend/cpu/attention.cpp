@@ -8,8 +8,10 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cpu/attention_amx.h"
 #include "backend/cpu/elementwise.h"
 #include "backend/cpu/onednn.h"
+#include "backend/cpu/plan_cache.h"
 #include "core/half.h"
 
 namespace bev::cpu {
@@ -173,14 +175,9 @@ Lane make_lane(const Key& key, const Plan& plan) {
   return l;
 }
 
-struct Cache {
-  std::mutex mu;
-  std::map<Key, std::unique_ptr<Plan>> plans;
-};
-
-Cache& cache() {
-  static Cache c;
-  return c;
+PlanCache<Key, Plan>& plans() {
+  static PlanCache<Key, Plan> cache;
+  return cache;
 }
 
 [[noreturn]] void invalid(const std::string& problem, const std::string& expected) {
@@ -216,14 +213,11 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, flo
   if (overlaps(y, q) || overlaps(y, k) || overlaps(y, v)) invalid("y overlaps an input", "disjoint tensors");
 
   const Precision arithmetic = precision == Precision::kBF16 ? Precision::kBF16 : Precision::kF32;
-  const Key key{q_len, k.size(1), c, heads, arithmetic, scale};
-  Plan* plan = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(cache().mu);
-    auto& slot = cache().plans[key];
-    if (!slot) slot = make_plan(key);
-    plan = slot.get();
+  if (arithmetic == Precision::kBF16 && attention_amx_applies(c, heads, scale)) {
+    return attention_amx(q, k, v, heads, scale, y, pool);
   }
+  const Key key{q_len, k.size(1), c, heads, arithmetic, scale};
+  Plan* plan = &plans().get(key, [&] { return make_plan(key); });
   std::lock_guard<std::mutex> lock(plan->mu);
   const int threads = pool == nullptr ? 1 : pool->size();
   while (static_cast<int>(plan->lanes.size()) < threads) plan->lanes.push_back(make_lane(key, *plan));

@@ -16,10 +16,13 @@
 #include <vector>
 
 #include "backend/cpu/kernel_check.h"
+#include "backend/cpu/vec_avx512.h"
 #include "core/half.h"
 
 namespace bev::cpu {
 namespace {
+
+using namespace avx512;  // NOLINT(google-build-using-namespace): the kernels' vocabulary
 
 // x must be contiguous f32 of any rank >= 1 (a [M, C] view); returns C.
 int64_t expect_rows(const char* op, const Tensor& x, const char* what) {
@@ -46,28 +49,6 @@ const bool kHaveAvx512 = [] {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") != 0;
 }();
-
-inline __mmask16 tail_mask(int64_t left) { return static_cast<__mmask16>((1u << left) - 1u); }
-
-// GCC 12's _mm512_reduce_*_ps and _mm512_max_ps expand to _mm512_undefined_ps(), which trips
-// -Wmaybe-uninitialized (fixed in GCC 13); these spell the same operations without it.
-__attribute__((target("avx512f"))) inline float hsum16(__m512 v) {
-  alignas(64) float t[16];
-  _mm512_store_ps(t, v);
-  float s = 0.0f;
-  for (float e : t) s += e;
-  return s;
-}
-__attribute__((target("avx512f"))) inline float hmax16(__m512 v) {
-  alignas(64) float t[16];
-  _mm512_store_ps(t, v);
-  float m = t[0];
-  for (float e : t) m = e > m ? e : m;
-  return m;
-}
-__attribute__((target("avx512f"))) inline __m512 max16(__m512 a, __m512 b) {
-  return _mm512_mask_max_ps(b, static_cast<__mmask16>(0xFFFF), a, b);
-}
 
 // ---- layer_norm ----
 
@@ -123,30 +104,6 @@ __attribute__((target("avx512f"))) void ln_rows_avx512(const float* x, const flo
 
 // ---- softmax ----
 
-// exp on 16 lanes (Cephes expf: n = round(x / ln 2), r = x - n ln 2 in two parts, degree-6
-// polynomial, times 2^n by scalef), within ~2 ulp of libm's expf. Scalar expf dominated softmax
-// (~4 ns per element); this is ~10x cheaper. x is clamped so that -inf gives 0 and +inf gives
-// inf; NaN lanes stay NaN.
-__attribute__((target("avx512f"))) inline __m512 exp16(__m512 x) {
-  const __mmask16 all = 0xFFFF;
-  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-  __m512 v = _mm512_mask_min_ps(x, all, x, _mm512_set1_ps(89.0f));
-  v = _mm512_mask_max_ps(v, all, v, _mm512_set1_ps(-104.0f));
-  const __m512 n = _mm512_mask_roundscale_ps(v, all, _mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f)),
-                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), v);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  const __m512 e = _mm512_mask_scalef_ps(p, all, p, n);
-  return _mm512_mask_blend_ps(nan, e, x);
-}
-
 void softmax_rows_scalar(const float* x, float* y, int64_t c_len, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     const float* xr = x + r * c_len;
@@ -166,26 +123,6 @@ void softmax_rows_scalar(const float* x, float* y, int64_t c_len, int64_t r0, in
     const float inv = 1.0f / sum;
     for (int64_t c = 0; c < c_len; ++c) yr[c] *= inv;
   }
-}
-
-// A row's max over `full` whole vectors and a `tm` tail; NaN when the row holds one (as PyTorch:
-// NaN anywhere poisons the softmax row). _mm512_max_ps drops a NaN in its first operand, so the
-// NaN is detected apart.
-__attribute__((target("avx512f"))) inline float row_max_avx512(const float* xr, int64_t full, __mmask16 tm) {
-  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  __m512 m = ninf;
-  __mmask16 nan = 0;
-  for (int64_t c = 0; c < full; c += 16) {
-    const __m512 v = _mm512_loadu_ps(xr + c);
-    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    m = max16(v, m);
-  }
-  if (tm) {
-    const __m512 v = _mm512_mask_loadu_ps(ninf, tm, xr + full);
-    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    m = max16(v, m);
-  }
-  return nan ? std::numeric_limits<float>::quiet_NaN() : hmax16(m);
 }
 
 __attribute__((target("avx512f"))) void softmax_rows_avx512(const float* x, float* y, int64_t c_len, int64_t r0,
@@ -214,35 +151,59 @@ __attribute__((target("avx512f"))) void softmax_rows_avx512(const float* x, floa
   }
 }
 
-// e into x[c..] (y null) or rounded to bf16 into y[c..].
-__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void store_f32_or_bf16(float* x, uint16_t* y, int64_t c,
-                                                                                   __mmask16 m, __m512 e) {
-  if (y == nullptr) return _mm512_mask_storeu_ps(x + c, m, e);
-  _mm256_mask_storeu_epi16(y + c, m, float_to_bf16_x16(e));
+// How the numerators leave the kernel: in place as f32, or rounded to bf16 by float_to_bf16_x16
+// (exact, subnormals kept) or by the CPU's vcvtneps2bf16 (one instruction for ~8; round to
+// nearest even as well, but subnormal inputs become zero: a probability under 1.2e-38, against
+// the bf16 product's 2^-9 relative rounding).
+enum class NumeratorOut { kF32, kBf16, kBf16Native };
+
+template <NumeratorOut kOut>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline void store_numerators(
+    float* xr, uint16_t* yr, int64_t c, __mmask16 m, __m512 e) {
+  if constexpr (kOut == NumeratorOut::kF32) {
+    _mm512_mask_storeu_ps(xr + c, m, e);
+  } else if constexpr (kOut == NumeratorOut::kBf16) {
+    _mm256_mask_storeu_epi16(yr + c, m, float_to_bf16_x16(e));
+  } else {
+    _mm256_mask_storeu_epi16(yr + c, m, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e)));
+  }
 }
 
-// exp(x - max) of each row, in place or rounded into y_bf16, and the row's sum.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void softmax_numerator_rows_avx512(
+// exp(x - max) of each row, in place or rounded into y_bf16, and the row's sum (of the f32 values).
+template <NumeratorOut kOut>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline void softmax_numerator_rows(
     float* x, uint16_t* y_bf16, float* sums, int64_t c_len, int64_t r0, int64_t r1) {
   const int64_t full = c_len / 16 * 16;
   const __mmask16 tm = tail_mask(c_len - full);
   for (int64_t r = r0; r < r1; ++r) {
     float* xr = x + r * c_len;
-    uint16_t* yr = y_bf16 ? y_bf16 + r * c_len : nullptr;
+    uint16_t* yr = kOut == NumeratorOut::kF32 ? nullptr : y_bf16 + r * c_len;
     const __m512 vmx = _mm512_set1_ps(row_max_avx512(xr, full, tm));
     __m512 sum = _mm512_setzero_ps();
     for (int64_t c = 0; c < full; c += 16) {
-      const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(xr + c), vmx));
-      store_f32_or_bf16(xr, yr, c, 0xFFFF, e);
+      const __m512 e = exp16_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(xr + c), vmx));
+      store_numerators<kOut>(xr, yr, c, 0xFFFF, e);
       sum = _mm512_add_ps(sum, e);
     }
     if (tm) {
-      const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tm, xr + full), vmx));
-      store_f32_or_bf16(xr, yr, full, tm, e);
+      const __m512 e = exp16_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(tm, xr + full), vmx));
+      store_numerators<kOut>(xr, yr, full, tm, e);
       sum = _mm512_mask_add_ps(sum, tm, sum, e);
     }
     sums[r] = hsum16(sum);
   }
+}
+
+// Each instantiation behind its own entry, so that only the native one is reached on a CPU with
+// AVX512-BF16 (the template's target names it for the intrinsic; the others use none of it).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void softmax_numerator_rows_native_bf16(
+    float* x, uint16_t* y, float* sums, int64_t c_len, int64_t r0, int64_t r1) {
+  softmax_numerator_rows<NumeratorOut::kBf16Native>(x, y, sums, c_len, r0, r1);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void softmax_numerator_rows_avx512(
+    float* x, uint16_t* y, float* sums, int64_t c_len, int64_t r0, int64_t r1) {
+  if (y == nullptr) return softmax_numerator_rows<NumeratorOut::kF32>(x, y, sums, c_len, r0, r1);
+  softmax_numerator_rows<NumeratorOut::kBf16>(x, y, sums, c_len, r0, r1);
 }
 
 void softmax_numerator_rows_scalar(float* x, uint16_t* y_bf16, float* sums, int64_t c_len, int64_t r0, int64_t r1) {
@@ -453,7 +414,10 @@ void softmax(const Tensor& x, Tensor& y, ThreadPool* pool) {
 
 void softmax_numerators(float* x, uint16_t* y_bf16, float* sums, int64_t c_len, int64_t r0, int64_t r1) {
   static const bool bw = kHaveAvx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  if (bw) {
+  static const bool native_bf16 = bw && __builtin_cpu_supports("avx512bf16");
+  if (native_bf16 && y_bf16 != nullptr) {
+    softmax_numerator_rows_native_bf16(x, y_bf16, sums, c_len, r0, r1);
+  } else if (bw) {
     softmax_numerator_rows_avx512(x, y_bf16, sums, c_len, r0, r1);
   } else {
     softmax_numerator_rows_scalar(x, y_bf16, sums, c_len, r0, r1);
