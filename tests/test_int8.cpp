@@ -244,14 +244,15 @@ TEST(Int8, TheRecordedImageStageKeepsCodesBetweenBlocks) {
   EXPECT_NE(l1.find(" i8["), std::string::npos) << l1 << ": the downsample's s8 identity";
   const std::string l1_last = line_of("img_backbone.layer1.2.conv3");
   EXPECT_NE(l1_last.find("out u8["), std::string::npos) << l1_last << ": layer2's input codes";
-  // layer2 ends in f32: the neck reads it (and layer3's first block quantizes it again).
+  // layer2 ends in floats, in the float arithmetic's dtype: the neck reads it (and layer3's first
+  // block quantizes it again).
   const std::string l2_last = line_of("img_backbone.layer2.3.conv3");
-  EXPECT_NE(l2_last.find("out f32["), std::string::npos) << l2_last;
+  EXPECT_NE(l2_last.find(std::string("out ") + info.float_precision + "["), std::string::npos) << l2_last;
 }
 
 // Ops refuses what an int8 conv cannot run, naming the op, before a plan is recorded: bf16
-// activations (even where int8's floats are bf16: an int8 conv reads f32 or its codes), and an
-// int8 output over an f32 residual.
+// activations where int8's floats are f32 (they are bf16 on AMX, and an int8 conv reads and
+// writes them there), and an int8 output over an f32 residual.
 TEST(Int8, OpsRefuseBf16AndF32ResidualsAtAnInt8Conv) {
   if (!cpu::has_int8_dot()) GTEST_SKIP() << "this CPU has no exact int8 dot product";
   auto backend = make_cpu_backend(1, Precision::kInt8);
@@ -264,8 +265,13 @@ TEST(Int8, OpsRefuseBf16AndF32ResidualsAtAnInt8Conv) {
   const PreparedWeights conv = ops.prepare_conv2d(w, nullptr, a);
   const Tensor x = Tensor::from_floats({1, 1, 2, 3}, std::vector<float>{0.5f, 1, 2, 0, 0.25f, 3});
   EXPECT_NO_THROW(ops.conv2d(x, conv, nullptr, "int8conv"));
-  expect_invalid_input([&] { ops.conv2d(x.to(DType::kBF16), conv, nullptr, "int8conv"); }, "the conv's int8 input");
-  expect_invalid_input([&] { ops.conv2d(x, conv, nullptr, "int8conv", DType::kBF16); }, "int8conv");
+  if (backend->float_precision() == Precision::kBF16) {
+    EXPECT_NO_THROW(ops.conv2d(x.to(DType::kBF16), conv, nullptr, "int8conv"));
+    EXPECT_NO_THROW(ops.conv2d(x, conv, nullptr, "int8conv", DType::kBF16));
+  } else {
+    expect_invalid_input([&] { ops.conv2d(x.to(DType::kBF16), conv, nullptr, "int8conv"); }, "the conv's int8 input");
+    expect_invalid_input([&] { ops.conv2d(x, conv, nullptr, "int8conv", DType::kBF16); }, "int8conv");
+  }
   Conv2dAttrs r = a;
   r.residual = true;
   r.int8_out_step = 0.1f;

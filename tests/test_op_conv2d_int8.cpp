@@ -358,6 +358,59 @@ TEST(Conv2dInt8, AnF32InputEqualsItsQuantizedInput) {
   EXPECT_EQ(std::memcmp(ya.raw_data(), yb.raw_data(), ya.nbytes()), 0);
 }
 
+// Floats in bf16 (the float arithmetic on AMX): a bf16 input quantizes to the codes its f32
+// value does, and a bf16 output is the f32 output rounded once. A float residual that is bf16
+// already adds exactly as its f32 value; int8 codes under a bf16 output are dequantized into it,
+// which rounds them to bf16 first: within a bf16 step of the sum there.
+TEST(Conv2dInt8, Bf16FloatsAreTheF32ResultsRounded) {
+  if (!has_int8_dot()) GTEST_SKIP() << "no exact int8 dot product on this CPU (" << isa_name() << ")";
+  const auto rounded = [](const Tensor& t) { return t.to(DType::kBF16).to(DType::kF32); };
+  const auto bits_of_rounded = [](const Tensor& f32, const Tensor& bf16) {
+    const Tensor r = f32.to(DType::kBF16);
+    return std::memcmp(r.raw_data(), bf16.raw_data(), static_cast<size_t>(r.nbytes())) == 0;
+  };
+  Conv2dAttrs a;
+  a.pad_h = a.pad_w = 1;
+  a.relu = true;
+  a.residual = true;
+  const Tensor w = random_tensor({24, 16, 3, 3}, 9u);
+  const Tensor b = random_tensor({24}, 10u);
+  const Tensor x = rounded(random_tensor({2, 9, 10, 16}, 11u, -1.0f, 6.0f));
+  const Conv2dInt8 conv(w, &b, a, DType::kU8, 0.02f);
+  const Shape out = conv.output_shape(x.shape());
+  const Tensor r = rounded(random_tensor(out, 12u, -3.0f, 3.0f));
+  Tensor y32 = Tensor::empty(out, DType::kF32), y16 = Tensor::empty(out, DType::kBF16);
+  conv.run(x, &r, y32);
+  conv.run(x.to(DType::kBF16), &r, y16);  // f32 residual under a bf16 output
+  EXPECT_TRUE(bits_of_rounded(y32, y16));
+  const Tensor r16 = r.to(DType::kBF16);
+  conv.run(x.to(DType::kBF16), &r16, y16);  // bf16 residual
+  EXPECT_TRUE(bits_of_rounded(y32, y16));
+  Tensor y16_in_place = r16.clone();  // the residual is the output itself
+  conv.run(x, &y16_in_place, y16_in_place);
+  EXPECT_TRUE(bits_of_rounded(y32, y16_in_place));
+
+  // u8 codes of the residual under a float output.
+  Conv2dAttrs c = a;
+  c.int8_residual_step = 0.05f;
+  c.int8_residual_unsigned = true;
+  const Conv2dInt8 coded(w, &b, c, DType::kU8, 0.02f);
+  std::mt19937 rng(13);
+  const Tensor codes = random_ints(out, DType::kU8, rng);
+  coded.run(x, &codes, y32);
+  coded.run(x, &codes, y16);
+  const Tensor got = y16.to(DType::kF32);
+  // Each rounding moves its value by at most 2^-9 of it: the residual's by 2^-9 |r|, the output's
+  // by 2^-9 |y|.
+  double worst = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double e = std::fabs(got.data<float>()[i] - y32.data<float>()[i]);
+    const double scale = std::fabs(double(y32.data<float>()[i])) + 0.05 * codes.data<uint8_t>()[i];
+    worst = std::max(worst, e / std::max(scale, 1e-6));
+  }
+  EXPECT_LE(worst, std::ldexp(1.0, -8)) << "two bf16 roundings (the residual's, the output's) at most";
+}
+
 TEST(Conv2dInt8, RefusesWhatItCannotRun) {
   if (!has_int8_dot()) {
     test::expect_error(ErrorKind::kUnsupported, [] { Conv2dInt8(random_tensor({4, 4, 1, 1}, 1u), nullptr, {}, DType::kU8, 1.0f); },

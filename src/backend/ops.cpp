@@ -260,12 +260,13 @@ Tensor Ops::conv2d_impl(const Tensor& x, const PreparedWeights& w, const Tensor*
   // (Conv2dAttrs); every other activation is f32.
   const DType in_codes = conv2d_int8_input(a), out_codes = conv2d_int8_output(a), res_codes = conv2d_int8_residual(a);
   const bool int8_in = in_codes != DType::kF32, int8_out = out_codes != DType::kF32, int8_res = res_codes != DType::kF32;
-  // An int8 conv reads f32 or its codes and writes f32 or codes: bf16 is for float convs only.
-  const bool bf16_ok = bf16 && !int8_in;
-  const char* want = bf16_ok ? "f32 or bf16" : int8_in ? "f32 (an int8 conv)" : "f32 (bf16 activations need bf16 arithmetic)";
+  // Floats, for int8 convs too (which quantize a float input and dequantize into a float output
+  // or residual), are f32 or, in bf16 arithmetic, bf16.
+  const bool bf16_ok = bf16;
+  const char* want = bf16_ok ? "f32 or bf16" : "f32 (bf16 activations need bf16 arithmetic)";
   if (!(x.dtype() == DType::kF32 || (bf16_ok && x.dtype() == DType::kBF16) || (int8_in && x.dtype() == in_codes))) {
     shape_error("conv2d", label, "input is " + x.describe(),
-                int8_in ? std::string("f32 or ") + dtype_name(in_codes) + " (the conv's int8 input)" : want);
+                int8_in ? std::string(want) + " or " + dtype_name(in_codes) + " (the conv's int8 input)" : want);
   }
   if (residual && (int8_res ? residual->dtype() != res_codes
                             : !(residual->dtype() == DType::kF32 || (bf16_ok && residual->dtype() == DType::kBF16)))) {

@@ -9,9 +9,12 @@
 namespace bev {
 namespace {
 
-// The dtype of activations only convolutions read: bf16 in bf16 precision (half the bytes, and no
-// rounding of an f32 copy in every conv), else f32.
-DType conv_activations(Ops& ops) { return ops.backend().precision() == Precision::kBF16 ? DType::kBF16 : DType::kF32; }
+// The dtype of float activations only convolutions read: bf16 where the float arithmetic is
+// bf16 (bf16 precision, and int8's floats on AMX: half the bytes, and no rounding of an f32 copy
+// in every conv; int8 convs quantize and dequantize bf16 as they do f32), else f32.
+DType conv_activations(Ops& ops) {
+  return ops.backend().float_precision() == Precision::kBF16 ? DType::kBF16 : DType::kF32;
+}
 
 Conv2dAttrs conv_attrs(int stride, int pad, bool relu, bool residual = false) {
   Conv2dAttrs a;
@@ -170,10 +173,10 @@ ResNetWeights load_resnet(Ops& ops, const WeightSource& w, const BackboneConfig&
     for (int b = 0; b < n; ++b) {
       const int stride = b == 0 ? cfg.strides[static_cast<size_t>(s)] : 1;
       // Every block output is the next block's input or the neck's, in the activations' dtype:
-      // u8 codes of its step in int8, except where the neck reads it (f32: an int8 conv writes
-      // f32 or codes); bf16 in bf16 precision, which the neck's convs would round an f32 map to
-      // anyway (the same rounding once: the neck's outputs are the same bits; bf16's tiny layer4
-      // conv3 took 4.8 ms writing f32 against 2.3 ms for the other blocks' bf16).
+      // u8 codes of its step in int8, except where the neck reads it (floats there); floats are
+      // bf16 where the arithmetic is, which the neck's convs would round an f32 map to anyway
+      // (the same rounding once: in bf16 precision the neck's outputs are the same bits; tiny's
+      // layer4 conv3 took 4.8 ms writing f32 against 2.3 ms for the other blocks' bf16).
       const bool feeds_neck = b + 1 == n && is_output_stage(cfg, s);
       float out_step = 0;
       if (!feeds_neck && b + 1 < n) out_step = block_input_step(ops, w, block_label(s, b + 1), false);

@@ -33,6 +33,18 @@ void check_tensor(const char* name, const Tensor& t, DType a, DType b) {
 
 dt act_dt(DType a) { return a == DType::kU8 ? dt::u8 : dt::s8; }
 
+// oneDNN's name for a tensor dtype this conv reads or writes: f32, bf16, u8 or s8 codes.
+dt dtype_of(DType d) {
+  switch (d) {
+    case DType::kF32: return dt::f32;
+    case DType::kBF16: return dt::bf16;
+    case DType::kU8: return dt::u8;
+    case DType::kI8: return dt::s8;
+    default: break;
+  }
+  throw Error(ErrorKind::kInternal, std::string("dtype ") + dtype_name(d)).where("cpu::Conv2dInt8");
+}
+
 }  // namespace
 
 bool has_int8_dot() {
@@ -96,7 +108,8 @@ struct Conv2dInt8::State {
     dnnl::memory src, dst, residual; // bound per run
     std::mutex mu;
   };
-  using Key = std::array<int64_t, 5>;  // N, H, W, the input's dtype, the lane
+  // N, H, W, the input's dtype, a float output's and a float residual's dtype (f32 or bf16), the lane.
+  using Key = std::array<int64_t, 7>;
   std::mutex mu;
   std::map<Key, std::unique_ptr<Plan>> plans;
 
@@ -105,7 +118,7 @@ struct Conv2dInt8::State {
   DType out() const { return conv2d_int8_output(attrs); }
   DType residual_dtype() const { return conv2d_int8_residual(attrs); }
   // An int8 residual under an int8 output is summed from the output buffer as codes (its bytes
-  // copied there when it lies apart); under an f32 output it is dequantized into the buffer first.
+  // copied there when it lies apart); under a float output it is dequantized into the buffer first.
   bool sums_codes() const { return residual_dtype() != DType::kF32 && out() != DType::kF32; }
 
   dnnl::memory::desc weights_md(tag t) const {
@@ -113,11 +126,12 @@ struct Conv2dInt8::State {
     return {{groups(), out_ch / groups(), in_ch_per_group, kh, kw}, dt::s8, t == tag::any ? tag::any : tag::goihw};
   }
 
-  dnnl::convolution_forward::primitive_desc make_pd(int64_t n, int64_t h, int64_t w) const {
+  // out_dt: the output's dtype, out() or, for a float output, f32 or bf16.
+  dnnl::convolution_forward::primitive_desc make_pd(int64_t n, int64_t h, int64_t w, DType out_dt) const {
     const int64_t ho = conv_out_extent(h, kh, attrs.stride_h, attrs.pad_h, attrs.dilation_h);
     const int64_t wo = conv_out_extent(w, kw, attrs.stride_w, attrs.pad_w, attrs.dilation_w);
     const dnnl::memory::desc src_md({n, in_ch(), h, w}, act_dt(act), tag::nhwc);
-    const dnnl::memory::desc dst_md({n, out_ch, ho, wo}, out() == DType::kF32 ? dt::f32 : act_dt(out()), tag::nhwc);
+    const dnnl::memory::desc dst_md({n, out_ch, ho, wo}, dtype_of(out_dt), tag::nhwc);
     const dnnl::memory::desc bias_md = bias ? dnnl::memory::desc({out_ch}, dt::f32, tag::x) : dnnl::memory::desc();
     const dnnl::memory::dims strides = {attrs.stride_h, attrs.stride_w};
     const dnnl::memory::dims dilates = {attrs.dilation_h - 1, attrs.dilation_w - 1};
@@ -141,12 +155,12 @@ struct Conv2dInt8::State {
     return {d, attr, engine()};
   }
 
-  Plan& plan_for(int64_t n, int64_t h, int64_t w, DType in, int lane) {
-    const Key key = {n, h, w, static_cast<int64_t>(in), lane};
+  Plan& plan_for(int64_t n, int64_t h, int64_t w, DType in, DType out_dt, DType res_dt, int lane) {
+    const Key key = {n, h, w, static_cast<int64_t>(in), static_cast<int64_t>(out_dt), static_cast<int64_t>(res_dt), lane};
     std::unique_ptr<Plan>& slot = plans[key];
     if (!slot) {
       try {
-        slot = make_plan(n, h, w, in);
+        slot = make_plan(n, h, w, in, out_dt, res_dt);
       } catch (...) {
         plans.erase(key);
         throw;
@@ -155,28 +169,28 @@ struct Conv2dInt8::State {
     return *slot;
   }
 
-  std::unique_ptr<Plan> make_plan(int64_t n, int64_t h, int64_t w, DType in) {
+  std::unique_ptr<Plan> make_plan(int64_t n, int64_t h, int64_t w, DType in, DType out_dt, DType res_dt) {
     auto made = std::make_unique<Plan>();
     Plan& p = *made;
-    p.pd = make_pd(n, h, w);
+    p.pd = make_pd(n, h, w, out_dt);
     p.weights = weights.in(p.pd.weights_desc());
     p.conv = dnnl::convolution_forward(p.pd);
     p.scratchpad = dnnl::memory(p.pd.scratchpad_desc(), engine());
     const dnnl::memory::desc q_md = p.pd.src_desc();
-    if (in == DType::kF32) {
-      const dnnl::memory::desc f32_md({n, in_ch(), h, w}, dt::f32, tag::nhwc);
-      p.src = unbound(f32_md);
+    if (in == DType::kF32 || in == DType::kBF16) {
+      const dnnl::memory::desc float_md({n, in_ch(), h, w}, dtype_of(in), tag::nhwc);
+      p.src = unbound(float_md);
       p.src_q = unbound(q_md);
-      p.quantize = dnnl::reorder(quantizer(f32_md, q_md));
+      p.quantize = dnnl::reorder(quantizer(float_md, q_md));
     } else {
       p.src = unbound(q_md);
     }
     const dnnl::memory::desc dst_md = p.pd.dst_desc();
     if (attrs.residual && !sums_codes()) {
-      // An f32 residual is copied into the output; int8 codes under an f32 output are
-      // dequantized into it (x their step). (Codes under an int8 output are copied as bytes.)
-      const dnnl::memory::desc res_md({n, out_ch, dst_md.dims()[2], dst_md.dims()[3]},
-                                      residual_dtype() == DType::kF32 ? dt::f32 : act_dt(residual_dtype()), tag::nhwc);
+      // A float residual is copied into the output (converted to its dtype); int8 codes under a
+      // float output are dequantized into it (x their step). (Codes under an int8 output are
+      // copied as bytes.)
+      const dnnl::memory::desc res_md({n, out_ch, dst_md.dims()[2], dst_md.dims()[3]}, dtype_of(res_dt), tag::nhwc);
       dnnl::primitive_attr a;
       if (residual_dtype() != DType::kF32) a.set_output_scales(0, {attrs.int8_residual_step});
       p.residual = unbound(res_md);
@@ -186,7 +200,7 @@ struct Conv2dInt8::State {
     return made;
   }
 
-  // f32 -> act: x * (1 / act_scale), rounded to nearest even and saturated.
+  // f32 or bf16 -> act: x * (1 / act_scale), rounded to nearest even and saturated.
   dnnl::reorder::primitive_desc quantizer(const dnnl::memory::desc& from, const dnnl::memory::desc& to) const {
     dnnl::primitive_attr a;
     a.set_output_scales(0, {1.0f / act_scale});
@@ -270,7 +284,8 @@ Conv2dInt8::Conv2dInt8(const Tensor& weight_oihw, const Tensor* bias, const Conv
   const int64_t rep_h = (s.kh - 1) * attrs.dilation_h + 1 + 16 * attrs.stride_h;
   const int64_t rep_w = (s.kw - 1) * attrs.dilation_w + 1 + 16 * attrs.stride_w;
   std::lock_guard<std::mutex> lock(s.mu);
-  s.plan_for(1, rep_h, rep_w, act, 0);  // the weights in the layout a representative map runs on
+  // The weights in the layout a representative map runs on.
+  s.plan_for(1, rep_h, rep_w, act, s.out(), attrs.residual ? s.residual_dtype() : DType::kF32, 0);
 }
 
 Conv2dInt8::Conv2dInt8(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -335,7 +350,8 @@ double Conv2dInt8::flops(const Shape& in) const {
 std::string Conv2dInt8::impl_name(const Shape& in) const {
   output_shape(in);
   std::lock_guard<std::mutex> lock(state_->mu);
-  return cpu::impl_name(state_->plan_for(in[0], in[1], in[2], state_->act, 0).pd);
+  const DType res = state_->attrs.residual ? state_->residual_dtype() : DType::kF32;
+  return cpu::impl_name(state_->plan_for(in[0], in[1], in[2], state_->act, state_->out(), res, 0).pd);
 }
 
 void Conv2dInt8::quantize(const Tensor& x, Tensor& q) const {
@@ -353,9 +369,14 @@ void Conv2dInt8::quantize(const Tensor& x, Tensor& q) const {
 
 void Conv2dInt8::run(const Tensor& x, const Tensor* residual, Tensor& y, int lane) const {
   State& s = *state_;
-  check_tensor("input", x, DType::kF32, s.act);
+  // Floats are f32 or bf16 (the backend's float arithmetic on AMX), codes as the attrs say.
+  if (x.dtype() != DType::kBF16) check_tensor("input", x, DType::kF32, s.act);
   const Shape out = output_shape(x.shape());
-  check_tensor("output", y, s.out(), s.out());
+  if (s.out() == DType::kF32) {
+    check_tensor("output", y, DType::kF32, DType::kBF16);
+  } else {
+    check_tensor("output", y, s.out(), s.out());
+  }
   const DType res_dt = s.residual_dtype();
   if (y.shape() != out) invalid("output is " + y.describe() + " for input " + x.describe(), "shape " + shape_str(out));
   if (overlaps(x, y)) invalid("output " + y.describe() + " overlaps input " + x.describe(), "disjoint tensors");
@@ -364,7 +385,7 @@ void Conv2dInt8::run(const Tensor& x, const Tensor* residual, Tensor& y, int lan
     if (!residual) {
       invalid("no residual given", std::string("a residual ") + dtype_name(res_dt) + shape_str(out) + " (attrs.residual is set)");
     }
-    check_tensor("residual", *residual, res_dt, res_dt);
+    check_tensor("residual", *residual, res_dt, res_dt == DType::kF32 ? DType::kBF16 : res_dt);
     if (residual->shape() != out) invalid("residual is " + residual->describe(), "shape " + shape_str(out));
     in_place = residual->raw_data() == y.raw_data();
     // In place the output buffer holds the residual: its bytes are what the sum reads, so the
@@ -381,7 +402,8 @@ void Conv2dInt8::run(const Tensor& x, const Tensor* residual, Tensor& y, int lan
   State::Plan* plan = nullptr;
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    plan = &s.plan_for(out[0], x.size(1), x.size(2), x.dtype(), lane);
+    plan = &s.plan_for(out[0], x.size(1), x.size(2), x.dtype(), y.dtype(),
+                       s.attrs.residual ? residual->dtype() : DType::kF32, lane);
   }
   State::Plan& p = *plan;
   std::lock_guard<std::mutex> run_lock(p.mu);
@@ -397,7 +419,7 @@ void Conv2dInt8::run(const Tensor& x, const Tensor* residual, Tensor& y, int lan
   }
   bind(p.src, x);
   dnnl_memory_t src = p.src.get();
-  if (x.dtype() == DType::kF32) {
+  if (x.dtype() == DType::kF32 || x.dtype() == DType::kBF16) {
     bind_conversion_scratch(p.src_q, 0);
     execute_reorder(p.quantize, st, p.src, p.src_q);
     src = p.src_q.get();

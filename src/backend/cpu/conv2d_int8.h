@@ -6,6 +6,8 @@
 // next conv's input, so a chain of convs never leaves int8. With attrs.int8_residual_step the
 // residual r is int8 codes too (r = step * code): a ResNet block's u8 input, or its downsample's
 // s8 output, summed in place where the output is int8 (the block's output over its identity).
+// The floats it reads (an input to quantize, a residual) and writes (a float output) are f32 or
+// bf16, as the tensors given are: bf16 where the backend's float arithmetic is (int8 on AMX).
 // VNNI (and AMX-int8) multiply u8 by s8 exactly; without them oneDNN 2.x emulates with saturating
 // or halved products, so the class refuses machines without an exact int8 dot product.
 //
@@ -43,9 +45,11 @@ class Conv2dInt8 {
   Conv2dInt8 with_attrs(const Conv2dAttrs& attrs) const;
 
   Shape output_shape(const Shape& input_nhwc) const;
-  // x: NHWC, contiguous host f32 (quantized here, into the thread's conversion scratch) or
-  // already of act(); y: NHWC, out(); residual as in Conv2d::run: f32, or int8 codes with
-  // attrs.int8_residual_step; in place (it is y) when its elements are y's size.
+  // x: NHWC, contiguous host f32 or bf16 (quantized here, into the thread's conversion scratch)
+  // or already of act(); y: NHWC, out(), f32 or bf16 where out() is kF32; residual as in
+  // Conv2d::run: f32 or bf16, or int8 codes with attrs.int8_residual_step (dequantized into a
+  // float y first, so rounded to bf16 there under a bf16 y); in place (it is y) when its elements
+  // are y's size.
   // `lane` as in Conv2d::run: concurrent callers on different lanes never share a plan.
   void run(const Tensor& x_nhwc, const Tensor* residual_nhwc, Tensor& y_nhwc, int lane = 0) const;
   // q = saturate(nearbyint(x / act_scale)) in act(), what run() does to an f32 input.
