@@ -409,6 +409,11 @@ TEST(Conv2dInt8, Bf16FloatsAreTheF32ResultsRounded) {
     worst = std::max(worst, e / std::max(scale, 1e-6));
   }
   EXPECT_LE(worst, std::ldexp(1.0, -8)) << "two bf16 roundings (the residual's, the output's) at most";
+
+  // A bf16 input is checked as an f32 one: a strided view is refused, not read as dense.
+  const Tensor strided = x.to(DType::kBF16).permute({0, 2, 1, 3}).permute({0, 2, 1, 3}).slice(2, 0, 9);
+  Tensor y_small = Tensor::empty(conv.output_shape(strided.shape()), DType::kBF16);
+  test::expect_invalid_input([&] { conv.run(strided, nullptr, y_small); }, "contiguous");
 }
 
 TEST(Conv2dInt8, RefusesWhatItCannotRun) {

@@ -110,8 +110,12 @@ BottleneckWeights load_bottleneck(Ops& ops, const WeightSource& w, const Backbon
   if (downsample) {
     b.downsample = load_conv_bn(ops, w, p + ".downsample.0", p + ".downsample.1", cfg.norm_eps, ads);
   }
-  // The fused block reads a float input: a block whose input arrives as codes runs conv by conv.
-  if (!dcn && in_step == 0 && Ops::bottleneck_fusable(b.conv1, b.conv2, b.conv3, downsample ? &b.downsample : nullptr)) {
+  // The fused block reads a float input: a block whose input arrives as codes runs conv by conv,
+  // and so does an int8 block whose float edges are bf16 (the fused op keeps int8 members' edges
+  // f32: Ops::bottleneck).
+  const bool int8_bf16_edges = a1.int8_step > 0 && float_out == DType::kBF16;
+  if (!dcn && in_step == 0 && !int8_bf16_edges &&
+      Ops::bottleneck_fusable(b.conv1, b.conv2, b.conv3, downsample ? &b.downsample : nullptr)) {
     b.fused = ops.prepare_bottleneck(b.conv1, b.conv2, b.conv3, downsample ? &b.downsample : nullptr, b.inner);
   }
   return b;

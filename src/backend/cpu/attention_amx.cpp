@@ -40,8 +40,9 @@ struct alignas(64) TileConfig {
 };
 const TileConfig kTileConfig{};
 
-// GCC's tile intrinsics are asm statements that name no memory: a compiler barrier sits between
-// the vector code that writes what tiles load, and the vector code that reads what tiles stored.
+// GCC's tile loads are asm statements that name no memory (its tile stores clobber it): a compiler
+// barrier sits between the code that writes what tiles load and the loads, and, to say so where
+// it is read, after the stores that vector code reads.
 inline void compiler_barrier() { asm volatile("" ::: "memory"); }
 
 // Linux lends a process AMX's tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM for
@@ -197,6 +198,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16"))
   }
 
   _tile_loadconfig(&kTileConfig);
+  compiler_barrier();  // the packed q, k and v (pack_rows) before any tile loads them
   for (int64_t u = u0; u < u1; ++u) {
     const int h = static_cast<int>(u / plan.q_tiles);
     const int64_t q0 = (u % plan.q_tiles) * kTile, rows = std::min(kTile, key.q_len - q0);

@@ -370,7 +370,7 @@ void Conv2dInt8::quantize(const Tensor& x, Tensor& q) const {
 void Conv2dInt8::run(const Tensor& x, const Tensor* residual, Tensor& y, int lane) const {
   State& s = *state_;
   // Floats are f32 or bf16 (the backend's float arithmetic on AMX), codes as the attrs say.
-  if (x.dtype() != DType::kBF16) check_tensor("input", x, DType::kF32, s.act);
+  check_tensor("input", x, x.dtype() == DType::kBF16 ? DType::kBF16 : DType::kF32, s.act);
   const Shape out = output_shape(x.shape());
   if (s.out() == DType::kF32) {
     check_tensor("output", y, DType::kF32, DType::kBF16);
