@@ -257,26 +257,24 @@ Tensor Ops::conv2d_impl(const Tensor& x, const PreparedWeights& w, const Tensor*
   const bool bf16 = backend_.float_precision() == Precision::kBF16;
   // int8 precision: a conv with an int8 input step may read its codes (u8 or s8), one with an
   // output step writes them (u8 after a ReLU, else s8), one with a residual step adds them
-  // (Conv2dAttrs); every other activation is f32.
+  // (Conv2dAttrs). Every other activation is a float, for int8 convs too (they quantize a float
+  // input and dequantize into a float output or residual): f32 or, in bf16 arithmetic, bf16.
   const DType in_codes = conv2d_int8_input(a), out_codes = conv2d_int8_output(a), res_codes = conv2d_int8_residual(a);
   const bool int8_in = in_codes != DType::kF32, int8_out = out_codes != DType::kF32, int8_res = res_codes != DType::kF32;
-  // Floats, for int8 convs too (which quantize a float input and dequantize into a float output
-  // or residual), are f32 or, in bf16 arithmetic, bf16.
-  const bool bf16_ok = bf16;
-  const char* want = bf16_ok ? "f32 or bf16" : "f32 (bf16 activations need bf16 arithmetic)";
-  if (!(x.dtype() == DType::kF32 || (bf16_ok && x.dtype() == DType::kBF16) || (int8_in && x.dtype() == in_codes))) {
+  const char* want = bf16 ? "f32 or bf16" : "f32 (bf16 activations need bf16 arithmetic)";
+  if (!(x.dtype() == DType::kF32 || (bf16 && x.dtype() == DType::kBF16) || (int8_in && x.dtype() == in_codes))) {
     shape_error("conv2d", label, "input is " + x.describe(),
                 int8_in ? std::string(want) + " or " + dtype_name(in_codes) + " (the conv's int8 input)" : want);
   }
   if (residual && (int8_res ? residual->dtype() != res_codes
-                            : !(residual->dtype() == DType::kF32 || (bf16_ok && residual->dtype() == DType::kBF16)))) {
+                            : !(residual->dtype() == DType::kF32 || (bf16 && residual->dtype() == DType::kBF16)))) {
     shape_error("conv2d", label, "residual is " + residual->describe(),
                 int8_res ? std::string(dtype_name(res_codes)) + " (the conv was prepared with an int8 residual step)" : want);
   }
   if (int8_out && a.residual && !int8_res) {
     shape_error("conv2d", label, "an int8 output over an f32 residual", "an int8 residual step with an int8 output step");
   }
-  if (int8_out ? out != out_codes : !(out == DType::kF32 || (bf16_ok && out == DType::kBF16))) {
+  if (int8_out ? out != out_codes : !(out == DType::kF32 || (bf16 && out == DType::kBF16))) {
     shape_error("conv2d", label, std::string("output dtype ") + dtype_name(out) + " requested",
                 int8_out ? std::string(dtype_name(out_codes)) + " (the conv was prepared with an int8 output step)" : want);
   }

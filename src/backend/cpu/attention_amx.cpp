@@ -81,20 +81,14 @@ struct Plan {
   std::mutex mu;
 };
 
-Tensor zeroed(const Shape& shape, DType dtype) {
-  Tensor t = Tensor::empty(shape, dtype);
-  std::memset(t.raw_data(), 0, static_cast<size_t>(t.nbytes()));
-  return t;
-}
-
 std::unique_ptr<Plan> make_plan(const Key& key) {
   auto p = std::make_unique<Plan>();
   p->key = key;
   p->q_tiles = (key.q_len + kTile - 1) / kTile;
   p->k_chunks = (key.k_len + kChunk - 1) / kChunk;
-  p->q = zeroed({p->q_tiles * kTile, key.c}, DType::kBF16);
-  p->kt = zeroed({key.heads, p->k_chunks * (kChunk / kTile), kTileElems}, DType::kBF16);
-  p->vt = zeroed({key.heads, p->k_chunks * (kChunk / kStep), 2, kTileElems}, DType::kBF16);
+  p->q = Tensor::zeros({p->q_tiles * kTile, key.c}, DType::kBF16);
+  p->kt = Tensor::zeros({key.heads, p->k_chunks * (kChunk / kTile), kTileElems}, DType::kBF16);
+  p->vt = Tensor::zeros({key.heads, p->k_chunks * (kChunk / kStep), 2, kTileElems}, DType::kBF16);
   return p;
 }
 
@@ -125,12 +119,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void pack_rows(c
   const __m512i down_a_column = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                                    _mm512_set1_epi32(kTile));
   // bf16 lanes [a0..a15 | b0..b15] -> [a0 b0 a1 b1 ...]
-  alignas(64) uint16_t interleave[32];
-  for (int i = 0; i < 16; ++i) {
-    interleave[2 * i] = static_cast<uint16_t>(i);
-    interleave[2 * i + 1] = static_cast<uint16_t>(16 + i);
-  }
-  const __m512i pairs = _mm512_load_si512(interleave);
+  alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                           8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i pairs = _mm512_load_si512(kInterleave);
   for (int64_t r = r0; r < r1; ++r) {
     for (int64_t j = 2 * r; j < std::min(2 * r + 2, key.q_len); ++j) {
       for (int64_t ch = 0; ch < c; ch += 16) {

@@ -5,6 +5,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <span>
@@ -22,27 +23,21 @@ using tag = dnnl::memory::format_tag;
   throw Error(ErrorKind::kInvalidInput, problem).where("cpu::Conv2dInt8").expected(expected);
 }
 
-void check_tensor(const char* name, const Tensor& t, DType a, DType b) {
-  if (!t.defined() || t.device() != Device::kCpu || !t.is_contiguous() || !(t.dtype() == a || t.dtype() == b)) {
-    throw Error(ErrorKind::kInvalidInput, std::string(name) + " is " + (t.defined() ? t.describe() : "undefined"))
-        .where("cpu::Conv2dInt8")
-        .expected(std::string("a contiguous host ") + dtype_name(a) + (a == b ? "" : std::string(" or ") + dtype_name(b)) +
-                  " tensor");
+// t: a contiguous host tensor of one of `allowed`.
+void check_tensor(const char* name, const Tensor& t, std::initializer_list<DType> allowed) {
+  const bool ok = t.defined() && t.device() == Device::kCpu && t.is_contiguous() &&
+                  std::find(allowed.begin(), allowed.end(), t.dtype()) != allowed.end();
+  if (ok) return;
+  std::string names;
+  size_t i = 0;
+  for (const DType d : allowed) {
+    names += i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ";
+    names += dtype_name(d);
+    ++i;
   }
-}
-
-dt act_dt(DType a) { return a == DType::kU8 ? dt::u8 : dt::s8; }
-
-// oneDNN's name for a tensor dtype this conv reads or writes: f32, bf16, u8 or s8 codes.
-dt dtype_of(DType d) {
-  switch (d) {
-    case DType::kF32: return dt::f32;
-    case DType::kBF16: return dt::bf16;
-    case DType::kU8: return dt::u8;
-    case DType::kI8: return dt::s8;
-    default: break;
-  }
-  throw Error(ErrorKind::kInternal, std::string("dtype ") + dtype_name(d)).where("cpu::Conv2dInt8");
+  throw Error(ErrorKind::kInvalidInput, std::string(name) + " is " + (t.defined() ? t.describe() : "undefined"))
+      .where("cpu::Conv2dInt8")
+      .expected("a contiguous host " + names + " tensor");
 }
 
 }  // namespace
@@ -130,8 +125,8 @@ struct Conv2dInt8::State {
   dnnl::convolution_forward::primitive_desc make_pd(int64_t n, int64_t h, int64_t w, DType out_dt) const {
     const int64_t ho = conv_out_extent(h, kh, attrs.stride_h, attrs.pad_h, attrs.dilation_h);
     const int64_t wo = conv_out_extent(w, kw, attrs.stride_w, attrs.pad_w, attrs.dilation_w);
-    const dnnl::memory::desc src_md({n, in_ch(), h, w}, act_dt(act), tag::nhwc);
-    const dnnl::memory::desc dst_md({n, out_ch, ho, wo}, dtype_of(out_dt), tag::nhwc);
+    const dnnl::memory::desc src_md({n, in_ch(), h, w}, to_dnnl(act), tag::nhwc);
+    const dnnl::memory::desc dst_md({n, out_ch, ho, wo}, to_dnnl(out_dt), tag::nhwc);
     const dnnl::memory::desc bias_md = bias ? dnnl::memory::desc({out_ch}, dt::f32, tag::x) : dnnl::memory::desc();
     const dnnl::memory::dims strides = {attrs.stride_h, attrs.stride_w};
     const dnnl::memory::dims dilates = {attrs.dilation_h - 1, attrs.dilation_w - 1};
@@ -145,7 +140,7 @@ struct Conv2dInt8::State {
       // The residual's codes, read from the output buffer in their own dtype (s8 under a u8
       // output: the downsample's identity), rescaled from their step to the output's.
       ops.append_sum(static_cast<float>(static_cast<double>(attrs.int8_residual_step) / attrs.int8_out_step), 0,
-                     act_dt(residual_dtype()));
+                     to_dnnl(residual_dtype()));
     } else if (attrs.residual) {
       ops.append_sum(1.0f);
     }
@@ -178,7 +173,7 @@ struct Conv2dInt8::State {
     p.scratchpad = dnnl::memory(p.pd.scratchpad_desc(), engine());
     const dnnl::memory::desc q_md = p.pd.src_desc();
     if (in == DType::kF32 || in == DType::kBF16) {
-      const dnnl::memory::desc float_md({n, in_ch(), h, w}, dtype_of(in), tag::nhwc);
+      const dnnl::memory::desc float_md({n, in_ch(), h, w}, to_dnnl(in), tag::nhwc);
       p.src = unbound(float_md);
       p.src_q = unbound(q_md);
       p.quantize = dnnl::reorder(quantizer(float_md, q_md));
@@ -190,7 +185,7 @@ struct Conv2dInt8::State {
       // A float residual is copied into the output (converted to its dtype); int8 codes under a
       // float output are dequantized into it (x their step). (Codes under an int8 output are
       // copied as bytes.)
-      const dnnl::memory::desc res_md({n, out_ch, dst_md.dims()[2], dst_md.dims()[3]}, dtype_of(res_dt), tag::nhwc);
+      const dnnl::memory::desc res_md({n, out_ch, dst_md.dims()[2], dst_md.dims()[3]}, to_dnnl(res_dt), tag::nhwc);
       dnnl::primitive_attr a;
       if (residual_dtype() != DType::kF32) a.set_output_scales(0, {attrs.int8_residual_step});
       p.residual = unbound(res_md);
@@ -356,8 +351,8 @@ std::string Conv2dInt8::impl_name(const Shape& in) const {
 
 void Conv2dInt8::quantize(const Tensor& x, Tensor& q) const {
   const State& s = *state_;
-  check_tensor("input", x, DType::kF32, DType::kF32);
-  check_tensor("output", q, s.act, s.act);
+  check_tensor("input", x, {DType::kF32});
+  check_tensor("output", q, {s.act});
   if (q.shape() != x.shape()) invalid("output is " + q.describe() + " for input " + x.describe(), "the input's shape");
   // A primitive per call: this is for tests and calibration, not the frame (run() keeps its own).
   const dnnl::memory::desc from = plain_desc(x), to = plain_desc(q);
@@ -370,12 +365,12 @@ void Conv2dInt8::quantize(const Tensor& x, Tensor& q) const {
 void Conv2dInt8::run(const Tensor& x, const Tensor* residual, Tensor& y, int lane) const {
   State& s = *state_;
   // Floats are f32 or bf16 (the backend's float arithmetic on AMX), codes as the attrs say.
-  check_tensor("input", x, x.dtype() == DType::kBF16 ? DType::kBF16 : DType::kF32, s.act);
+  check_tensor("input", x, {DType::kF32, DType::kBF16, s.act});
   const Shape out = output_shape(x.shape());
   if (s.out() == DType::kF32) {
-    check_tensor("output", y, DType::kF32, DType::kBF16);
+    check_tensor("output", y, {DType::kF32, DType::kBF16});
   } else {
-    check_tensor("output", y, s.out(), s.out());
+    check_tensor("output", y, {s.out()});
   }
   const DType res_dt = s.residual_dtype();
   if (y.shape() != out) invalid("output is " + y.describe() + " for input " + x.describe(), "shape " + shape_str(out));
@@ -385,7 +380,11 @@ void Conv2dInt8::run(const Tensor& x, const Tensor* residual, Tensor& y, int lan
     if (!residual) {
       invalid("no residual given", std::string("a residual ") + dtype_name(res_dt) + shape_str(out) + " (attrs.residual is set)");
     }
-    check_tensor("residual", *residual, res_dt, res_dt == DType::kF32 ? DType::kBF16 : res_dt);
+    if (res_dt == DType::kF32) {
+      check_tensor("residual", *residual, {DType::kF32, DType::kBF16});
+    } else {
+      check_tensor("residual", *residual, {res_dt});
+    }
     if (residual->shape() != out) invalid("residual is " + residual->describe(), "shape " + shape_str(out));
     in_place = residual->raw_data() == y.raw_data();
     // In place the output buffer holds the residual: its bytes are what the sum reads, so the
