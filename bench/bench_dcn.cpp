@@ -5,7 +5,9 @@
 // tiny (R50, no DCN) has none. GFLOP/s counts 2*Ho*Wo*Cout*Cin*9 per image (the matmul; the
 // bilinear sampling is extra work not counted). "matmul_only" runs oneDNN's f32 matmul of the
 // same [Ho*Wo*N, 9*Cin] x [9*Cin, Cout] at once: the ceiling the tiled DCN can approach. The
-// bf16 rows run the backend's bf16 precision (bf16 columns and weight, f32 output).
+// bf16 rows run the backend's bf16 precision as the model does: a bf16 input (conv1's output),
+// bf16 columns and weight, a bf16 output (conv3 reads it). Until 2026-12-05 they read and wrote
+// f32, which the model never does.
 //
 //   bench_dcn [--benchmark_min_time=2] [--benchmark_repetitions=3]
 // The machine is shared: the load average is printed in the context, read it with the numbers.
@@ -41,16 +43,17 @@ benchmark::Counter gflops_counter(int64_t n, int64_t h, int64_t w, int64_t c) {
   return benchmark::Counter(gflop, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// args: cameras, H, W, C (Cin = Cout), column budget in MiB, bf16 (0/1: columns and weight in
-// bf16, the backend's bf16 precision).
+// args: cameras, H, W, C (Cin = Cout), column budget in MiB, bf16 (0/1: the backend's bf16
+// precision with the model's bf16 input and output).
 void BM_dcn(benchmark::State& state) {
   const int64_t n = state.range(0), h = state.range(1), w = state.range(2), c = state.range(3);
   const size_t budget = static_cast<size_t>(state.range(4)) << 20;
   const bev::Precision precision = state.range(5) ? bev::Precision::kBF16 : bev::Precision::kF32;
-  const Tensor x = random_tensor({n, h, w, c}, 1, -1.0f, 1.0f);
+  const DType act = precision == bev::Precision::kBF16 ? DType::kBF16 : DType::kF32;
+  const Tensor x = random_tensor({n, h, w, c}, 1, -1.0f, 1.0f).to(act);
   const Tensor wt = random_tensor({c, c, 3, 3}, 2, -0.05f, 0.05f);
   const Tensor om = random_tensor({n, h, w, 27}, 3, -2.0f, 2.0f);  // offsets within ±2 px, moderate masks
-  Tensor y = Tensor::empty({n, h, w, c}, DType::kF32);
+  Tensor y = Tensor::empty({n, h, w, c}, act);
   // The sampling on the OpenMP team that runs oneDNN's matmul, as the CPU backend does: with a
   // pool of its own threads, oneDNN's spinning OpenMP worker takes a core from the sampling
   // (measured: 20% of the profile in libgomp).

@@ -257,6 +257,14 @@ TEST(DeformConv2d, Bf16ColumnsMatchTheRoundedSpec) {
     EXPECT_LT(vs_rounded, 0.05 * vs_exact);
     EXPECT_GT(vs_exact, 1e-4) << "no bf16 rounding at all?";
     EXPECT_LT(vs_exact, 1e-2);
+    // The model's bf16 input (conv1's output) samples 32 channels a step where the CPU converts to
+    // bf16 itself, in a permuted lane order (deform_conv2d.cpp): the bits of the f32 input of the
+    // same values, at these channel counts (32-channel steps with tails of 1, 3 and 8, none).
+    const Tensor x16 = x.to(DType::kBF16), x_rounded = x16.to(DType::kF32);
+    Tensor from16 = Tensor::empty(ys, DType::kF32), from_rounded = Tensor::empty(ys, DType::kF32);
+    bf16.run(x16, om, from16, pool);
+    bf16.run(x_rounded, om, from_rounded, pool);
+    EXPECT_EQ(std::memcmp(from16.raw_data(), from_rounded.raw_data(), from16.nbytes()), 0);
   }
 }
 

@@ -128,6 +128,64 @@ const bool kHaveAvx512Bw = [] {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
 }();
+const bool kHaveAvx512Bf16 = [] {
+  __builtin_cpu_init();
+  return kHaveAvx512Bw && __builtin_cpu_supports("avx512bf16");
+}();
+
+// bf16 in, bf16 out, 32 channels a step, where the CPU converts to bf16 itself (AVX512-BF16: the
+// Xeons with AMX, Zen 4 and 5). The corners' rows are widened by interleaving zeros below their
+// words (unpacklo/hi), which puts channels in the order [0-3, 8-11, 16-19, 24-27 | 4-7, ...];
+// the sums run in that order, and one permute after the conversion puts them back. Per 32
+// channels that is a load and two unpacks per corner and three instructions to store, where
+// combine_avx512 spends three per 16 channels per corner and eight to round and store 16 (base's
+// layer3, bench_dcn: see docs/PERF.md). Every channel's arithmetic is combine_avx512's (w0 v0,
+// then FMAs in corner order, then * mask); vcvtne2ps2bf16 rounds to nearest even as
+// float_to_bf16 does, but reads a subnormal sum as zero, which the bf16 matmul that reads the
+// column does anyway.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void combine_bf16_native(const Corners<uint16_t>& k,
+                                                                                         float mask, uint16_t* d,
+                                                                                         int64_t C) {
+  // Channel c's word in the converted pair of sums (see above).
+  alignas(64) static constexpr uint16_t kOrder[32] = {0,  1,  2,  3,  16, 17, 18, 19, 4,  5,  6,  7,  20, 21, 22, 23,
+                                                      8,  9,  10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
+  const __m512i order = _mm512_load_si512(kOrder);
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512 vm = _mm512_set1_ps(mask);
+  __m512 vw[4];
+  for (int q = 0; q < k.n; ++q) vw[q] = _mm512_set1_ps(k.w[q]);
+  int64_t c = 0;
+  for (; c + 32 <= C; c += 32) {
+    __m512 lo, hi;
+    if (k.n == 4) {  // the common case, unrolled
+      __m512i v = _mm512_loadu_si512(k.p[0] + c);
+      lo = _mm512_mul_ps(vw[0], _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, v)));
+      hi = _mm512_mul_ps(vw[0], _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, v)));
+      for (int q = 1; q < 4; ++q) {
+        v = _mm512_loadu_si512(k.p[q] + c);
+        lo = _mm512_fmadd_ps(vw[q], _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, v)), lo);
+        hi = _mm512_fmadd_ps(vw[q], _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, v)), hi);
+      }
+    } else {
+      lo = hi = _mm512_setzero_ps();
+      for (int q = 0; q < k.n; ++q) {
+        const __m512i v = _mm512_loadu_si512(k.p[q] + c);
+        lo = _mm512_fmadd_ps(vw[q], _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, v)), lo);
+        hi = _mm512_fmadd_ps(vw[q], _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, v)), hi);
+      }
+    }
+    const __m512i words = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, vm), _mm512_mul_ps(lo, vm)));
+    _mm512_storeu_si512(d + c, _mm512_permutexvar_epi16(order, words));
+  }
+  if (c < C) {  // fewer than 32 channels left: 16 at a time, in order
+    for (; c < C; c += 16) {
+      const __mmask16 m = static_cast<__mmask16>(C - c >= 16 ? 0xFFFF : (1u << (C - c)) - 1u);
+      __m512 a = _mm512_setzero_ps();
+      for (int q = 0; q < k.n; ++q) a = _mm512_fmadd_ps(vw[q], load16(k.p[q] + c, m), a);
+      _mm256_mask_storeu_epi16(d + c, m, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_mul_ps(a, vm))));
+    }
+  }
+}
 
 struct Geometry {
   int64_t n, h, w, cin, ho, wo, kh, kw, stride, pad, dil;
@@ -152,6 +210,12 @@ void sample_rows(const Geometry& g, const In* x, const float* om, Col* col, int6
         const float wx = static_cast<float>(wo * g.stride - g.pad + j * g.dil) + o[2 * t + 1];
         bilinear_corners(xn, g.h, g.w, g.cin, hy, wx, k);
         const float mask = sigmoid_f(o[2 * taps + t]);
+        if constexpr (std::is_same_v<In, uint16_t> && std::is_same_v<Col, uint16_t>) {
+          if (kHaveAvx512Bf16) {
+            combine_bf16_native(k, mask, dst + t * g.cin, g.cin);
+            continue;
+          }
+        }
         if (kHaveAvx512Bw) {
           combine_avx512(k, mask, dst + t * g.cin, g.cin);
         } else {
