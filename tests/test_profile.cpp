@@ -316,6 +316,35 @@ TEST_F(ProfileMicro, SummariesAndMemoryReportAreWritten) {
   for (const ProfilePlanMemory& p : r.memory.plans) EXPECT_LE(p.arena_bytes, p.no_reuse_bytes) << p.name;
 }
 
+// Each op's bound is the slower of its arithmetic and its bytes at the measured peaks; a stage's
+// and the frame's are the sums, never below the arithmetic alone, and the summary prints them.
+TEST_F(ProfileMicro, BoundsAreEachOpsSlowerSideSummed) {
+  const ProfileReport& r = *report_;
+  ASSERT_GT(r.peak_gflops, 0);
+  ASSERT_GT(r.peak_gbps, 0);
+  double frame = 0, stages = 0;
+  bool byte_bound = false, flop_bound = false;
+  for (const ProfileOp& op : r.ops) {
+    const double flop_ms = op.gflop / r.peak_gflops * 1e3, byte_ms = op.gbyte / r.peak_gbps * 1e3;
+    EXPECT_DOUBLE_EQ(op.bound_ms, std::max(flop_ms, byte_ms)) << op.label;
+    byte_bound |= byte_ms > flop_ms;
+    flop_bound |= flop_ms > byte_ms;
+    frame += op.bound_ms;
+  }
+  EXPECT_TRUE(byte_bound && flop_bound) << "the micro model has ops of both kinds";
+  for (const ProfileStage& s : r.stages) stages += s.bound_ms;
+  EXPECT_NEAR(r.bound_ms, frame, 1e-9 * frame);
+  EXPECT_NEAR(r.bound_ms, stages, 1e-9 * frame);
+  EXPECT_NEAR(r.flop_floor_ms, r.gflop_per_frame / r.peak_gflops * 1e3, 1e-9 * frame);
+  EXPECT_GT(r.bound_ms, r.flop_floor_ms);
+  const nlohmann::json summary = nlohmann::json::parse(read_text(dir_ + "/summary.json"));
+  EXPECT_DOUBLE_EQ(summary["bound_ms"].get<double>(), r.bound_ms);
+  EXPECT_DOUBLE_EQ(summary["ops"][0]["bound_ms"].get<double>(), r.ops[0].bound_ms);
+  const std::string md = read_text(dir_ + "/summary.md");
+  EXPECT_NE(md.find("| floors at those peaks | every op at its bound"), std::string::npos);
+  EXPECT_NE(md.find("| stage | ops | ms | best ms | bound ms |"), std::string::npos);
+}
+
 TEST_F(ProfileMicro, LabelsCarryOverFromTheEagerFrame) {
   const ProfileReport& r = *report_;
   EXPECT_TRUE(r.labels_from_eager) << r.labels_note;

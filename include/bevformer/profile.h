@@ -61,6 +61,7 @@ struct ProfileStage {
   double gbps = 0;    // achieved GB/s
   double percent_of_peak_flops = 0;
   double percent_of_peak_bandwidth = 0;
+  double bound_ms = 0;  // its ops' bound_ms summed: what the stage costs with every op at its bound
   size_t output_bytes = 0;  // activations its ops write per frame (before arena reuse)
   size_t largest_output_bytes = 0;
   double eager_ms = -1;  // the same stage in the eager frame; < 0 without --eager
@@ -78,6 +79,9 @@ struct ProfileOp {
   double gflop = 0, gbyte = 0;
   double gflops = 0, gbps = 0;
   double percent_of_peak_flops = 0;
+  // The op's bound: the slower of its arithmetic at the measured peak (gflop / peak_gflops) and
+  // its bytes at the measured bandwidth (gbyte / peak_gbps). 0 when the peaks are unknown.
+  double bound_ms = 0;
 };
 
 // Time per op kind (conv2d, msda, ...) in a replayed frame.
@@ -141,6 +145,10 @@ struct ProfileReport {
   double peak_gflops = 0;   // measured matmul rate of this machine at this precision
   double peak_gbps = 0;     // measured copy bandwidth (bytes read + written per second)
   double gflop_per_frame = 0, gbyte_per_frame = 0;
+  // Floors of a frame at the measured peaks: every op at its bound (ProfileOp::bound_ms, summed),
+  // and the arithmetic alone (gflop_per_frame at peak_gflops). Unfused ops cannot beat the first;
+  // only fusion, which moves fewer bytes, gets below it towards the second.
+  double bound_ms = 0, flop_floor_ms = 0;
   std::vector<ProfileStage> stages;     // in run order
   std::vector<ProfileOp> ops;           // every op of a frame, in run order
   std::vector<ProfileOpKind> op_kinds;  // by time

@@ -202,6 +202,9 @@ void summarize_rounds(const Profiler& p, ProfileReport& report) {
     op.gflops = per_second(op.gflop, op.ms);
     op.gbps = per_second(op.gbyte, op.ms);
     op.percent_of_peak_flops = percent(op.gflops, report.peak_gflops);
+    if (report.peak_gflops > 0 && report.peak_gbps > 0) {
+      op.bound_ms = std::max(op.gflop / report.peak_gflops, op.gbyte / report.peak_gbps) * 1e3;
+    }
     report.gflop_per_frame += op.gflop;
     report.gbyte_per_frame += op.gbyte;
 
@@ -216,6 +219,7 @@ void summarize_rounds(const Profiler& p, ProfileReport& report) {
     ProfileStage& s = report.stages[it->second];
     ++s.ops;
     s.ms += op.ms;
+    s.bound_ms += op.bound_ms;
     s.gflop += op.gflop;
     s.gbyte += op.gbyte;
     for (const RecordedTensor& t : p.outputs(rec)) {
@@ -243,8 +247,11 @@ void summarize_rounds(const Profiler& p, ProfileReport& report) {
     report.stages[i].best_ms = *std::min_element(stage_round_ms[i].begin(), stage_round_ms[i].end());
   }
   report.stage_sum_ms = 0;
+  report.bound_ms = 0;
+  report.flop_floor_ms = report.peak_gflops > 0 ? report.gflop_per_frame / report.peak_gflops * 1e3 : 0;
   for (ProfileStage& s : report.stages) {
     report.stage_sum_ms += s.ms;
+    report.bound_ms += s.bound_ms;
     s.percent_of_frame = percent(s.ms, report.frame_ms);
     s.gflops = per_second(s.gflop, s.ms);
     s.gbps = per_second(s.gbyte, s.ms);
@@ -441,6 +448,7 @@ nlohmann::json summary_json(const ProfileReport& r) {
               {"gbps", s.gbps},
               {"percent_of_peak_flops", s.percent_of_peak_flops},
               {"percent_of_peak_bandwidth", s.percent_of_peak_bandwidth},
+              {"bound_ms", s.bound_ms},
               {"output_bytes", s.output_bytes},
               {"largest_output_bytes", s.largest_output_bytes}};
     if (s.eager_ms >= 0) j["eager_ms"] = s.eager_ms;
@@ -459,7 +467,8 @@ nlohmann::json summary_json(const ProfileReport& r) {
                    {"gbyte", o.gbyte},
                    {"gflops", o.gflops},
                    {"gbps", o.gbps},
-                   {"percent_of_peak_flops", o.percent_of_peak_flops}});
+                   {"percent_of_peak_flops", o.percent_of_peak_flops},
+                   {"bound_ms", o.bound_ms}});
   }
   for (const ProfileOpKind& k : r.op_kinds) {
     kinds.push_back({{"name", k.name},
@@ -488,6 +497,8 @@ nlohmann::json summary_json(const ProfileReport& r) {
               {"peak_gbps", r.peak_gbps},
               {"gflop_per_frame", r.gflop_per_frame},
               {"gbyte_per_frame", r.gbyte_per_frame},
+              {"bound_ms", r.bound_ms},
+              {"flop_floor_ms", r.flop_floor_ms},
               {"stages", std::move(stages)},
               {"op_kinds", std::move(kinds)},
               {"ops", std::move(ops)},
@@ -530,6 +541,12 @@ std::string summary_markdown(const ProfileReport& r, int top_ops) {
              per_second(r.gbyte_per_frame, r.stage_sum_ms));
   md += format("| measured peaks | %.0f GFLOP/s (%s matmul), %.1f GB/s (copy, read + write) |\n", r.peak_gflops,
                r.precision.c_str(), r.peak_gbps);
+  if (r.bound_ms > 0) {
+    md += format(
+        "| floors at those peaks | every op at its bound (the slower of its arithmetic and its bytes): **%.2f ms** "
+        "(%.0f%% of the stages' op time); the arithmetic alone: %.2f ms |\n",
+        r.bound_ms, percent(r.bound_ms, r.stage_sum_ms), r.flop_floor_ms);
+  }
   md += format("| profiler off | at most %.1f ns per op x %zu ops = %.5f%% of the frame |\n", r.overhead.off_ns_per_op,
                r.ops_per_frame, r.overhead.off_percent);
   md += format(
@@ -540,15 +557,16 @@ std::string summary_markdown(const ProfileReport& r, int top_ops) {
 
   md += "\n## Stages\n\n";
   md += "GFLOP and GB are per frame, computed from shapes; % peak is against the measured peaks above.\n\n";
-  md += "ms is the mean over the rounds, best ms the stage's fastest round.\n\n";
-  md += r.eager ? "| stage | ops | ms | best ms | % frame | GFLOP | GFLOP/s | % peak | GB | GB/s | % BW | eager ms |\n"
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
-                : "| stage | ops | ms | best ms | % frame | GFLOP | GFLOP/s | % peak | GB | GB/s | % BW |\n"
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  md += "ms is the mean over the rounds, best ms the stage's fastest round, bound ms its ops each at their bound "
+        "(the slower of arithmetic and bytes at the measured peaks).\n\n";
+  md += r.eager ? "| stage | ops | ms | best ms | bound ms | % frame | GFLOP | GFLOP/s | % peak | GB | GB/s | % BW | eager ms |\n"
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+                : "| stage | ops | ms | best ms | bound ms | % frame | GFLOP | GFLOP/s | % peak | GB | GB/s | % BW |\n"
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const ProfileStage& s : r.stages) {
-    md += format("| %s | %zu | %.2f | %.2f | %.1f | %.3f | %.1f | %.0f | %.3f | %.1f | %.0f |", s.name.c_str(), s.ops,
-                 s.ms, s.best_ms, s.percent_of_frame, s.gflop, s.gflops, s.percent_of_peak_flops, s.gbyte, s.gbps,
-                 s.percent_of_peak_bandwidth);
+    md += format("| %s | %zu | %.2f | %.2f | %.2f | %.1f | %.3f | %.1f | %.0f | %.3f | %.1f | %.0f |", s.name.c_str(),
+                 s.ops, s.ms, s.best_ms, s.bound_ms, s.percent_of_frame, s.gflop, s.gflops, s.percent_of_peak_flops,
+                 s.gbyte, s.gbps, s.percent_of_peak_bandwidth);
     md += r.eager ? format(" %.2f |\n", s.eager_ms) : "\n";
   }
 
