@@ -157,6 +157,36 @@ TEST(Softmax, MatchesF64AndHandlesInfAndNaN) {
   EXPECT_TRUE(std::isnan(y.data<float>()[7]));  // +inf - +inf, as PyTorch
 }
 
+// Rows of 2, 4 and 8 run several to a vector: each row's bits are those of the row alone (which the
+// one-row kernel computes), a NaN poisons its own row and not the rows sharing its vector, and a
+// row of -inf and +inf logits gives what the one-row kernel gives.
+TEST(Softmax, ShortRowsPackedInVectorsKeepTheBitsOfOneRow) {
+  std::mt19937 rng(5);
+  ThreadPool pool(2);
+  for (int64_t c : {2, 4, 8}) {
+    const int64_t m = 37;  // full vectors and a tail of rows
+    Tensor x = random_tensor({m, c}, rng, -20.0f, 20.0f);
+    x.data<float>()[5 * c + 1] = kNaN;
+    x.data<float>()[9 * c] = -kInf;
+    x.data<float>()[12 * c + c - 1] = kInf;
+    x.data<float>()[20 * c] = 3e38f;
+    Tensor y = Tensor::empty({m, c}, DType::kF32);
+    softmax(x, y, &pool);
+    for (int64_t r = 0; r < m; ++r) {
+      const Tensor xr = x.slice(0, r, r + 1).contiguous();
+      Tensor yr = Tensor::empty({1, c}, DType::kF32);
+      softmax(xr, yr);
+      EXPECT_EQ(std::memcmp(yr.raw_data(), y.data<float>() + r * c, static_cast<size_t>(c) * sizeof(float)), 0)
+          << "C " << c << " row " << r;
+    }
+    for (int64_t k = 0; k < c; ++k) {
+      EXPECT_TRUE(std::isnan(y.data<float>()[5 * c + k])) << "C " << c;
+      EXPECT_FALSE(std::isnan(y.data<float>()[4 * c + k])) << "C " << c;  // its neighbours
+      EXPECT_FALSE(std::isnan(y.data<float>()[6 * c + k])) << "C " << c;
+    }
+  }
+}
+
 // add_rows into bf16 (the image features in bf16 precision): each element the f32 sum rounded to
 // nearest even, NaN staying NaN; rows wider than the kernel's 256-column block, odd widths, and an
 // output overlapping the input refused.

@@ -262,6 +262,38 @@ __attribute__((target("avx512f"))) void softmax_narrow_rows_avx512(const float* 
   }
 }
 
+// Rows of 2, 4 or 8 (TSA's and the decoder's 4 points per head, SCA's 8 in tiny), 16 / c_len of
+// them to a vector: every step in lanes, where softmax_narrow_rows_avx512 finds each row's max and
+// sum in scalar loops (base's TSA softmax, [640000, 4]: see docs/PERF.md). The bits are that
+// kernel's: the max is exact in any order, x - max and exp16 are lane-wise, each row's sum is
+// ((e0 + e1) + e2) + ... in column order (element k of every row broadcast across its row's lanes
+// by a permute), and 1 / sum is the one correctly rounded division. Rows past the last full vector
+// go to softmax_narrow_rows_avx512.
+__attribute__((target("avx512f"))) void softmax_pow2_rows_avx512(const float* x, float* y, int64_t c_len, int64_t r0,
+                                                                  int64_t r1) {
+  const int64_t per = 16 / c_len, full = r0 + (r1 - r0) / per * per;
+  __m512i column[8];  // column[k]: lane i reads element k of its own row
+  for (int64_t k = 0; k < c_len; ++k) {
+    alignas(64) int32_t idx[16];
+    for (int i = 0; i < 16; ++i) idx[i] = static_cast<int32_t>(i / c_len * c_len + k);
+    column[k] = _mm512_load_si512(idx);
+  }
+  const __m512 one = _mm512_set1_ps(1.0f);
+  // The maskz spellings with a full mask: GCC 12 flags the plain forms' undefined pass-through.
+  for (int64_t r = r0; r < full; r += per) {
+    const __m512 v = _mm512_loadu_ps(x + r * c_len);
+    __m512 mx = _mm512_maskz_permutexvar_ps(0xFFFF, column[0], v);
+    for (int64_t k = 1; k < c_len; ++k) mx = max16(_mm512_maskz_permutexvar_ps(0xFFFF, column[k], v), mx);
+    // No NaN test: a NaN makes its own exponential NaN, hence its row's sum and every output of the
+    // row, as PyTorch's softmax poisons the row (and as the one-row kernel's NaN max does).
+    const __m512 e = exp16(_mm512_sub_ps(v, mx));
+    __m512 sum = _mm512_maskz_permutexvar_ps(0xFFFF, column[0], e);
+    for (int64_t k = 1; k < c_len; ++k) sum = _mm512_add_ps(sum, _mm512_maskz_permutexvar_ps(0xFFFF, column[k], e));
+    _mm512_storeu_ps(y + r * c_len, _mm512_mul_ps(e, _mm512_div_ps(one, sum)));
+  }
+  if (full < r1) softmax_narrow_rows_avx512(x, y, c_len, full, r1);
+}
+
 // Elementwise map over a flat range, split across the pool in 16K-element chunks.
 template <typename Fn>
 void map_flat(ThreadPool* pool, int64_t n, const Fn& fn) {
@@ -390,7 +422,9 @@ void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float 
 }
 
 static void softmax_rows(const float* x, float* y, int64_t c_len, int64_t r0, int64_t r1) {
-  if (kHaveAvx512 && c_len < 16) {
+  if (kHaveAvx512 && (c_len == 2 || c_len == 4 || c_len == 8)) {
+    softmax_pow2_rows_avx512(x, y, c_len, r0, r1);
+  } else if (kHaveAvx512 && c_len < 16) {
     softmax_narrow_rows_avx512(x, y, c_len, r0, r1);
   } else if (kHaveAvx512) {
     softmax_rows_avx512(x, y, c_len, r0, r1);
