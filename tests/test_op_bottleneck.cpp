@@ -25,11 +25,13 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/amx1x1.h"
 #include "backend/cpu/bottleneck.h"
 #include "backend/cpu/conv2d.h"
 #include "backend/cpu/conv2d_int8.h"
 #include "backend/cpu/onednn.h"
 #include "bevformer/error.h"
+#include "core/half.h"
 #include "kernel_test_util.h"
 
 namespace bev::cpu {
@@ -265,6 +267,51 @@ TEST(Bottleneck, Bf16ActivationsMatchTheReference) {
   }
 }
 
+TEST(Bottleneck, Bf16OnAmxRunsItsOneByOnesOnTiles) {
+  // Channels of whole tiles (multiples of 32): on AMX the 1x1 members run on cpu::Amx1x1, the next
+  // strip's rows spread into conv3's calls, the residual added by the tile unit. The same bound as
+  // above, against the plain reference and against the convs run one by one (on oneDNN), with and
+  // without a downsample, in place, in many strips and bands, on 1 and 2 threads. That bound
+  // scales with every term of the chain, loose enough to hide a residual channel added to its
+  // neighbour's output; so each output is also held to 2^-4 of its own size plus the map's RMS:
+  // the bf16 chain's roundings reach 0.017-0.018 of it here, such a misplaced channel 1.7.
+  for (const bool ds : {true, false}) {
+    SCOPED_TRACE(ds ? "with a downsample" : "in place");
+    const Block b = block(ds ? 32 : 64, 32, 64, ds, ds ? 43 : 44, Precision::kBF16);
+    ASSERT_EQ(b.c1.conv->amx1x1() != nullptr, Amx1x1::supports(Conv2dAttrs{}, 32, 32, 1, 1, Precision::kBF16));
+    const Tensor x = random_tensor({3, 13, 11, ds ? 32 : 64}, ds ? 45 : 46, -1.0f, 1.0f).to(DType::kBF16);
+    const Map ref = block_ref(b, x);
+    const Map one_by_one = to_map(conv_by_conv(b, x));
+    const double bound = 3 * (std::ldexp(1.0, -7) + std::ldexp(1.0, -8) + std::ldexp(1.0, -16)) + bound_f32(b);
+    for (const size_t strip_bytes : {size_t{1}, Bottleneck::kStripBytes}) {
+      const Bottleneck fused(b.c1.conv, b.c2.conv, b.c3.conv, b.ds.conv, strip_bytes);
+      for (int threads : {1, 2}) {
+        ThreadsGuard g(threads);
+        Tensor y = ds ? Tensor::empty({3, 13, 11, 64}, DType::kBF16) : x.clone();
+        fused.run(ds ? x : y, y, DType::kBF16);
+        const double err = worst(y, ref);
+        std::printf("bf16 amx %s strip %zu threads %d worst err/S %.3g\n", ds ? "ds" : "in place", strip_bytes, threads,
+                    err);
+        EXPECT_LE(err, bound) << "strip " << strip_bytes << " threads " << threads;
+        double apart = 0;  // from the convs run one by one, in units of the reference's magnitudes
+        for (size_t i = 0; i < ref.v.size(); ++i) {
+          const double got = bf16_to_float(static_cast<const uint16_t*>(y.raw_data())[i]);
+          apart = std::max(apart, std::fabs(got - one_by_one.v[i]) / std::max(ref.mag[i], 1e-30));
+        }
+        EXPECT_LE(apart, 2 * bound) << "strip " << strip_bytes << " threads " << threads;
+        double rms = 0, tight = 0;
+        for (double v : ref.v) rms += v * v;
+        rms = std::sqrt(rms / static_cast<double>(ref.v.size()));
+        for (size_t i = 0; i < ref.v.size(); ++i) {
+          const double got = bf16_to_float(static_cast<const uint16_t*>(y.raw_data())[i]);
+          tight = std::max(tight, std::fabs(got - ref.v[i]) / (std::fabs(ref.v[i]) + rms));
+        }
+        EXPECT_LE(tight, std::ldexp(1.0, -4)) << "strip " << strip_bytes << " threads " << threads;
+      }
+    }
+  }
+}
+
 TEST(Bottleneck, RunsEveryBandOnASmallerTeamThanAsked) {
   // Called from inside another parallel region, the block's own region gets a team of one while
   // the thread count asks for two: the bands must follow the team OpenMP gave.
@@ -461,6 +508,14 @@ TEST(Bottleneck, PaysOnlyOnWideMaps) {
   EXPECT_FALSE(Bottleneck::pays({6, 30, 50, 1024}, 256, 1024, DType::kF32));
   EXPECT_FALSE(Bottleneck::pays({6, 15, 25, 2048}, 512, 2048, DType::kF32));
   EXPECT_FALSE(Bottleneck::pays({6, 15, 25, 2048}, 512, 2048, DType::kBF16));
+  // bf16 on AMX: where the 1x1s run on Amx1x1 and an image's output map is 8 MiB or more (tiny's
+  // layer1 and its block 0, base's layer2), not tiny's layer2; elsewhere as f32 does.
+  const bool amx = Amx1x1::supports(Conv2dAttrs{}, 32, 32, 1, 1, Precision::kBF16);
+  EXPECT_TRUE(Bottleneck::pays({6, 120, 200, 256}, 64, 256, DType::kBF16));
+  EXPECT_TRUE(Bottleneck::pays({6, 120, 200, 64}, 64, 256, DType::kBF16));
+  EXPECT_TRUE(Bottleneck::pays({6, 116, 200, 512}, 128, 512, DType::kBF16));
+  EXPECT_EQ(Bottleneck::pays({6, 60, 100, 512}, 128, 512, DType::kBF16), !amx);
+  EXPECT_EQ(Bottleneck::pays({6, 120, 200, 24}, 24, 96, DType::kBF16), !amx);  // channels of no whole tile
 }
 
 }  // namespace

@@ -1,9 +1,6 @@
 #include "backend/cpu/attention_amx.h"
 
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cpu/amx_tiles.h"
 #include "backend/cpu/onednn.h"
 #include "backend/cpu/plan_cache.h"
 #include "backend/cpu/vec_avx512.h"
@@ -22,37 +20,14 @@ namespace bev::cpu {
 namespace {
 
 using namespace avx512;  // NOLINT(google-build-using-namespace): the kernel's vocabulary
+using amx::compiler_barrier;
+using amx::tile_state_granted;
 
 constexpr int64_t kHd = 32;    // a head's channels: one tile row of 32 bf16 (64 bytes)
 constexpr int64_t kTile = 16;  // a tile's rows: queries per unit, keys per score tile
 constexpr int64_t kStep = 32;  // keys per step of the second product: a tile row of bf16 numerators
 constexpr int64_t kTileElems = kTile * kHd;  // bf16 in one 16 x 64-byte tile
 constexpr int64_t kChunk = 64;  // keys per chunk: four score tiles, two steps of the second product
-
-// Palette 1, tiles 0-7 each 16 rows of 64 bytes. In static storage: ldtilecfg reads all 64 bytes,
-// and GCC's _tile_loadconfig tells the compiler of only the first 8.
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-};
-const TileConfig kTileConfig{};
-
-// GCC's tile loads are asm statements that name no memory (its tile stores clobber it): a compiler
-// barrier sits between the code that writes what tiles load and the loads, and, to say so where
-// it is read, after the stores that vector code reads.
-inline void compiler_barrier() { asm volatile("" ::: "memory"); }
-
-// Linux lends a process AMX's tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM for
-// XFEATURE_XTILEDATA); granted once, it holds for every thread. oneDNN asks for itself as well.
-bool tile_state_granted() {
-  constexpr long kArchReqXcompPerm = 0x1023;
-  constexpr long kXfeatureXtiledata = 18;
-  static const bool granted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-  return granted;
-}
 
 struct Key {
   int64_t q_len, k_len, c;
@@ -188,7 +163,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16"))
     all_masks[v] = 0xFFFF;
   }
 
-  _tile_loadconfig(&kTileConfig);
+  _tile_loadconfig(&amx::kFullTiles);
   compiler_barrier();  // the packed q, k and v (pack_rows) before any tile loads them
   for (int64_t u = u0; u < u1; ++u) {
     const int h = static_cast<int>(u / plan.q_tiles);

@@ -10,6 +10,7 @@
 #include <exception>
 #include <string>
 
+#include "backend/cpu/amx1x1.h"
 #include "backend/cpu/onednn.h"
 #include "bevformer/error.h"
 
@@ -123,7 +124,12 @@ Bottleneck::~Bottleneck() = default;
 
 bool Bottleneck::pays(const Shape& x, int64_t planes, int64_t out_ch, DType act) {
   if (x.size() != 4) return false;
-  if (act == DType::kBF16 && isa_has_amx()) return false;
+  if (act == DType::kBF16 && isa_has_amx()) {  // only with its 1x1s on cpu::Amx1x1 (see pays's comment)
+    const Conv2dAttrs one;
+    const auto amx = [&](int64_t k, int64_t o) { return Amx1x1::supports(one, k, o, 1, 1, Precision::kBF16); };
+    if (!amx(x[3], planes) || !amx(planes, out_ch) || (x[3] != out_ch && !amx(x[3], out_ch))) return false;
+    if (x[1] * x[2] * out_ch * static_cast<int64_t>(dtype_size(act)) < kAmxMinImageBytes) return false;
+  }
   // x and y: in bf16 precision mostly bf16 like t1 and t2; in int8 f32 (only t1, t2 are u8 codes).
   const size_t as = dtype_size(act), io = act == DType::kU8 ? dtype_size(DType::kF32) : as;
   return strip_rows(kStripBytes, x[1], x[2], x[3], planes, out_ch, io, as, io) * x[2] >= kMinStripPixels;
@@ -177,6 +183,22 @@ void Bottleneck::run(const Tensor& x, Tensor& y, DType act) const {
     *r1 = h * (b % k + 1) / k;
   };
 
+  // bf16 on AMX: the 1x1 members run on cpu::Amx1x1 (Conv2d::amx1x1), which takes the next strip's
+  // rows of x as its spread: they arrive while conv3 computes, where a burst of prefetches before
+  // the strip stalled the core until memory delivered them.
+  const bool amx = act == DType::kBF16 && x.dtype() == DType::kBF16 && s.conv1->amx1x1() && s.conv3->amx1x1() &&
+                   (!s.downsample || s.downsample->amx1x1());
+  auto run_1x1 = [amx](const Conv2d& c, const Tensor& in, const Tensor* residual, Tensor& dst, int lane,
+                       const Tensor* spread = nullptr) {
+    if (!amx) {
+      c.run(in, residual, dst, lane);
+      return;
+    }
+    c.amx1x1()->run(static_cast<const uint16_t*>(in.raw_data()), residual ? residual->raw_data() : nullptr,
+                    residual ? residual->dtype() : DType::kF32, dst.raw_data(), dst.dtype(), in.numel() / in.size(3),
+                    spread ? spread->raw_data() : nullptr, spread ? spread->nbytes() : 0);
+  };
+
   std::lock_guard<std::mutex> lock(s.mu);
   if (static_cast<int>(s.t1.size()) < threads) {
     s.t1.resize(static_cast<size_t>(threads));
@@ -212,8 +234,8 @@ void Bottleneck::run(const Tensor& x, Tensor& y, DType act) const {
         band_of(b, &n, &r0, &r1);
         Tensor above = halo.slice(0, 2 * b, 2 * b + 1), below = halo.slice(0, 2 * b + 1, 2 * b + 2);
         timed(kHalo, [&] {
-          if (r0 > 0) s.conv1->run(rows(x, n, r0 - 1, r0), nullptr, above, t);
-          if (r1 < h) s.conv1->run(rows(x, n, r1, r1 + 1), nullptr, below, t);
+          if (r0 > 0) run_1x1(*s.conv1, rows(x, n, r0 - 1, r0), nullptr, above, t);
+          if (r1 < h) run_1x1(*s.conv1, rows(x, n, r1, r1 + 1), nullptr, below, t);
         });
       }
     } catch (...) {
@@ -237,7 +259,7 @@ void Bottleneck::run(const Tensor& x, Tensor& y, DType act) const {
         }
         timed(kConv1, [&] {
           Tensor first = t1.slice(1, 1, 2);
-          s.conv1->run(rows(x, n, r0, r0 + 1), nullptr, first, t);
+          run_1x1(*s.conv1, rows(x, n, r0, r0 + 1), nullptr, first, t);
         });
         for (int64_t h0 = r0; h0 < r1;) {
           const int64_t h1 = std::min(h0 + strip, r1), m = h1 - h0;
@@ -248,11 +270,12 @@ void Bottleneck::run(const Tensor& x, Tensor& y, DType act) const {
           // while this strip's convs compute. Counted in conv1's time. A conv1 on cpu::Direct1x1
           // (f32) prefetches its own input as it goes; the burst is then redundant, and measured
           // within noise of leaving it out (tiny layer1 block 0: 61.0 / 62.0 against 61.2 / 63.6 ms).
-          if (h1 < r1 - 1) timed(kConv1, [&] { prefetch(rows(x, n, h1 + 1, std::min(h1 + strip, r1 - 1) + 1)); });
+          const Tensor next = h1 < r1 - 1 ? rows(x, n, h1 + 1, std::min(h1 + strip, r1 - 1) + 1) : Tensor();
+          if (next.defined() && !amx) timed(kConv1, [&] { prefetch(next); });
           if (fresh > 0) {
             timed(kConv1, [&] {
               Tensor dst = t1.slice(1, 2, 2 + fresh);
-              s.conv1->run(rows(x, n, h0 + 1, h0 + 1 + fresh), nullptr, dst, t);
+              run_1x1(*s.conv1, rows(x, n, h0 + 1, h0 + 1 + fresh), nullptr, dst, t);
             });
           }
           if (h1 == r1) {  // the row below the band: zero padding, or the halo from phase 1
@@ -267,14 +290,15 @@ void Bottleneck::run(const Tensor& x, Tensor& y, DType act) const {
           timed(kConv2, [&] { s.conv2_strip.run(t1.slice(1, 0, m + 2), nullptr, mid, t); });
           Tensor y_rows = rows(y, n, h0, h1);
           if (s.downsample) {
-            timed(kDownsample, [&] { s.downsample->run(rows(x, n, h0, h1), nullptr, y_rows, t); });
+            timed(kDownsample, [&] { run_1x1(*s.downsample, rows(x, n, h0, h1), nullptr, y_rows, t); });
           }
           timed(kConv3, [&] {
+            const Tensor* spread = amx && next.defined() ? &next : nullptr;
             if (s.downsample || in_place) {
-              s.conv3->run(mid, &y_rows, y_rows, t);
+              run_1x1(*s.conv3, mid, &y_rows, y_rows, t, spread);
             } else {
               const Tensor x_rows = rows(x, n, h0, h1);
-              s.conv3->run(mid, &x_rows, y_rows, t);
+              run_1x1(*s.conv3, mid, &x_rows, y_rows, t, spread);
             }
           });
           // The next strip's first two rows of t1 are this strip's last two.

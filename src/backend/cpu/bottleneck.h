@@ -55,10 +55,14 @@ class Bottleneck {
   // Whether fusing pays on input x (activations in `act`): when a strip holds at least
   // kMinStripPixels. Narrow maps give strips so small that oneDNN's fixed cost per call outweighs
   // the memory traffic saved (ResNet-50 layer3 at 30x50: 5% slower fused, layer4 at 15x25: 22%);
-  // their maps fit in L3 anyway. Never for bf16 on AMX, where the convs run at tile rate and a
-  // strip's oneDNN calls cost more than the cache saves (tiny layer1 on the AMX Xeon, 2 threads:
-  // block 0 19.6 ms conv by conv against 23.0 fused, the others 15.9 against 17.4; layer2 9.9
-  // against 9.6; f32 there still gains 3-4% fused).
+  // their maps fit in L3 anyway. bf16 on AMX fuses only where its 1x1 members run on
+  // cpu::Amx1x1 (channels multiples of 32) and one image's output map is at least
+  // kAmxMinImageBytes: there the strips' oneDNN calls cost more than the cache saves (tiny layer1
+  // on the AMX Xeon, 2 threads: block 0 19.6 ms conv by conv against 23.0 fused), while Amx1x1,
+  // which takes the next strip's rows into L2 while conv3 computes, wins on the large maps
+  // (bench_bottleneck, 2026-12-05: tiny layer1 blocks 15.3-16.9 -> 12.8-14.0 ms, block 0
+  // 18.3-19.4 -> 15.7-17.7; base layer1 76.2 -> 63.5, layer2 46.2 -> 37.8) and loses on tiny's
+  // layer2 (60x100, 6 MB an image: 8.1-8.3 -> 8.8-9.4 ms).
   static bool pays(const Shape& x_nhwc, int64_t planes, int64_t out_ch, DType act);
 
   // Strips are as many rows as keep a thread's working set (x, t1, t2 and y rows, conv3's f32 sum)
@@ -66,6 +70,7 @@ class Bottleneck {
   // 62-78 ms for block 0 and the same within noise for the others.
   static constexpr size_t kStripBytes = 2304 << 10;
   static constexpr int64_t kMinStripPixels = 256;
+  static constexpr int64_t kAmxMinImageBytes = int64_t{8} << 20;
 
  private:
   struct State;

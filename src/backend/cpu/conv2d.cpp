@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/conv2d_int8.h"
+#include "backend/cpu/amx1x1.h"
 #include "backend/cpu/direct1x1.h"
 #include "backend/cpu/onednn.h"
 
@@ -54,6 +55,7 @@ struct Conv2d::State {
 
   PackedWeights weights;  // the first layout made at construction, for a representative map
   std::shared_ptr<const Direct1x1> direct;  // set when this conv runs on our 1x1 kernel instead
+  std::shared_ptr<const Amx1x1> amx1x1;     // the fused bottleneck's kernel for its strips (see amx1x1())
   // Set when it runs in int8 (int8 precision, attrs.int8_step > 0): then nothing above is used.
   std::shared_ptr<const Conv2dInt8> int8;
 
@@ -340,6 +342,9 @@ Conv2d::Conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs&
   if (allow_direct && Direct1x1::supports(attrs, s.in_ch_per_group * attrs.groups, s.out_ch, s.kh, s.kw, arithmetic)) {
     s.direct = std::make_shared<const Direct1x1>(w, bias, attrs.relu);
   }
+  if (allow_direct && Amx1x1::supports(attrs, s.in_ch_per_group * attrs.groups, s.out_ch, s.kh, s.kw, arithmetic)) {
+    s.amx1x1 = std::make_shared<const Amx1x1>(w, bias, attrs.relu);
+  }
 }
 
 Conv2d::Conv2d(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -366,6 +371,10 @@ Conv2d Conv2d::with_attrs(const Conv2dAttrs& attrs) const {
       Direct1x1::supports(attrs, s.in_ch_per_group * attrs.groups, s.out_ch, s.kh, s.kw, arithmetic_of(s.precision))) {
     d->direct = s.direct;
   }
+  if (s.amx1x1 && attrs.relu == s.attrs.relu &&
+      Amx1x1::supports(attrs, s.in_ch_per_group * attrs.groups, s.out_ch, s.kh, s.kw, arithmetic_of(s.precision))) {
+    d->amx1x1 = s.amx1x1;
+  }
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     d->weights = s.weights;
@@ -378,6 +387,7 @@ Conv2d::Conv2d(Conv2d&&) noexcept = default;
 Conv2d& Conv2d::operator=(Conv2d&&) noexcept = default;
 
 const Conv2dAttrs& Conv2d::attrs() const { return state_->attrs; }
+const Amx1x1* Conv2d::amx1x1() const { return state_->amx1x1.get(); }
 int64_t Conv2d::in_channels() const { return state_->in_ch_per_group * state_->attrs.groups; }
 int64_t Conv2d::out_channels() const { return state_->out_ch; }
 Precision Conv2d::precision() const { return state_->precision; }

@@ -17,6 +17,7 @@
 
 namespace bev::cpu {
 
+class Amx1x1;
 using bev::Conv2dAttrs;  // stride, pad, dilation, groups, relu, residual (backend/op.h)
 using bev::Precision;
 
@@ -60,6 +61,10 @@ class Conv2d {
   int64_t in_channels() const;   // C: I/groups x groups
   int64_t out_channels() const;  // O
   const Conv2dAttrs& attrs() const;
+  // This conv's weights packed for cpu::Amx1x1 (bf16 arithmetic on AMX, 1x1 convs it supports),
+  // or null. run() does not use it: over whole maps oneDNN's kernels stream memory better (docs/
+  // PERF.md); the fused bottleneck runs its strips on it, cache-resident.
+  const Amx1x1* amx1x1() const;
   Precision precision() const;  // kInt8 for a conv with an int8 step; else its arithmetic, f32 or bf16
 
   // Eval-mode BatchNorm folded into the preceding conv:
