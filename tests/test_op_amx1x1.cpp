@@ -122,22 +122,26 @@ TEST(Amx1x1, MatchesThePlainReference) {
         EXPECT_EQ(std::memcmp(first.raw_data(), y.raw_data(), y.nbytes()), 0) << "threads " << threads;
       }
     }
-    // In strips of 7 pixels (the fused bottleneck's calls), with the next strip as `spread`: the
-    // whole map's bits.
-    Tensor strips = c.in_place ? res.clone() : Tensor::empty({c.pixels, c.o}, c.out);
-    const size_t xs = dtype_size(DType::kBF16), ys = dtype_size(c.out), rs = has_res ? dtype_size(c.residual) : 0;
-    for (int64_t p0 = 0; p0 < c.pixels; p0 += 7) {
-      const int64_t n = std::min<int64_t>(7, c.pixels - p0);
-      const auto* xp = static_cast<const uint16_t*>(x.raw_data()) + p0 * c.k;
-      char* yp = static_cast<char*>(strips.raw_data()) + static_cast<size_t>(p0 * c.o) * ys;
-      const char* rp = !has_res ? nullptr
-                       : c.in_place ? yp
-                                    : static_cast<const char*>(res.raw_data()) + static_cast<size_t>(p0 * c.o) * rs;
-      const int64_t next = std::min<int64_t>(7, c.pixels - p0 - n);
-      conv.run(xp, rp, has_res ? c.residual : DType::kF32, yp, c.out, n, next > 0 ? xp + n * c.k : nullptr,
-               static_cast<size_t>(next * c.k) * xs);
+    // In strips (the fused bottleneck's calls, from its lanes: inside a parallel region) of 7
+    // pixels (padded blocks) and of 40 (a block, then one reaching back), each with the next strip
+    // as `spread`: the whole map's bits.
+    for (const int64_t step : {int64_t{7}, int64_t{40}}) {
+      Tensor strips = c.in_place ? res.clone() : Tensor::empty({c.pixels, c.o}, c.out);
+      const size_t xs = dtype_size(DType::kBF16), ys = dtype_size(c.out), rs = has_res ? dtype_size(c.residual) : 0;
+#pragma omp parallel num_threads(1)
+      for (int64_t p0 = 0; p0 < c.pixels; p0 += step) {
+        const int64_t n = std::min<int64_t>(step, c.pixels - p0);
+        const auto* xp = static_cast<const uint16_t*>(x.raw_data()) + p0 * c.k;
+        char* yp = static_cast<char*>(strips.raw_data()) + static_cast<size_t>(p0 * c.o) * ys;
+        const char* rp = !has_res ? nullptr
+                         : c.in_place ? yp
+                                      : static_cast<const char*>(res.raw_data()) + static_cast<size_t>(p0 * c.o) * rs;
+        const int64_t next = std::min<int64_t>(step, c.pixels - p0 - n);
+        conv.run(xp, rp, has_res ? c.residual : DType::kF32, yp, c.out, n, next > 0 ? xp + n * c.k : nullptr,
+                 static_cast<size_t>(next * c.k) * xs);
+      }
+      EXPECT_EQ(std::memcmp(first.raw_data(), strips.raw_data(), strips.nbytes()), 0) << "strips of " << step;
     }
-    EXPECT_EQ(std::memcmp(first.raw_data(), strips.raw_data(), strips.nbytes()), 0);
   }
 }
 

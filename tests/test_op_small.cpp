@@ -167,6 +167,7 @@ TEST(Softmax, ShortRowsPackedInVectorsKeepTheBitsOfOneRow) {
     const int64_t m = 37;  // full vectors and a tail of rows
     Tensor x = random_tensor({m, c}, rng, -20.0f, 20.0f);
     x.data<float>()[5 * c + 1] = kNaN;
+    x.data<float>()[7 * c + c - 1] = -kNaN;  // a NaN with its sign bit set, not in the row's first column
     x.data<float>()[9 * c] = -kInf;
     x.data<float>()[12 * c + c - 1] = kInf;
     x.data<float>()[20 * c] = 3e38f;
@@ -183,6 +184,7 @@ TEST(Softmax, ShortRowsPackedInVectorsKeepTheBitsOfOneRow) {
       EXPECT_TRUE(std::isnan(y.data<float>()[5 * c + k])) << "C " << c;
       EXPECT_FALSE(std::isnan(y.data<float>()[4 * c + k])) << "C " << c;  // its neighbours
       EXPECT_FALSE(std::isnan(y.data<float>()[6 * c + k])) << "C " << c;
+      EXPECT_TRUE(std::isnan(y.data<float>()[7 * c + k])) << "C " << c;
     }
   }
 }

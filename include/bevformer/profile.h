@@ -146,8 +146,9 @@ struct ProfileReport {
   double peak_gbps = 0;     // measured copy bandwidth (bytes read + written per second)
   double gflop_per_frame = 0, gbyte_per_frame = 0;
   // Floors of a frame at the measured peaks: every op at its bound (ProfileOp::bound_ms, summed),
-  // and the arithmetic alone (gflop_per_frame at peak_gflops). Unfused ops cannot beat the first;
-  // only fusion, which moves fewer bytes, gets below it towards the second.
+  // and the arithmetic alone (gflop_per_frame at peak_gflops). Ops whose counted bytes really
+  // cross memory cannot beat the first, and only fusion, which moves fewer bytes, gets below it;
+  // gathers that re-read cached rows (msda's corners) can run under their bound.
   double bound_ms = 0, flop_floor_ms = 0;
   std::vector<ProfileStage> stages;     // in run order
   std::vector<ProfileOp> ops;           // every op of a frame, in run order

@@ -62,13 +62,13 @@ struct Ahead {
 // channel j, kIdentity[1] the channel 16 + j (pairs: row r holds channels 2r and 2r + 1).
 struct IdentityTiles {
   alignas(64) uint16_t t[2][kTileElems] = {};
-  IdentityTiles() {
+  constexpr IdentityTiles() {
     for (int half = 0; half < 2; ++half) {
       for (int ch = 16 * half; ch < 16 * half + 16; ++ch) t[half][(ch / 2) * 32 + (ch - 16 * half) * 2 + ch % 2] = 0x3F80;
     }
   }
 };
-const IdentityTiles kIdentity;
+constexpr IdentityTiles kIdentity{};  // constant-initialized: usable from any static initializer
 
 // One block: the 32 rows of x at xa (a row is K bf16) by every column block, written to output rows
 // [row0 + r0, row0 + r1). Accumulators in tiles 4-7 start from the bias (a tile load of stride 0
@@ -78,8 +78,8 @@ const IdentityTiles kIdentity;
 // ReLU and the rounding. Each sum is the same one f32 addition the vector code would make (the
 // identity's other products are exact zeros), except that the tile unit flushes a subnormal
 // result to zero; a NaN or infinite residual channel, times the identity's zeros, makes the pixel's
-// 32 channels of its column block NaN where the vector add kept it to its own channel (the next
-// conv mixes every channel of the pixel anyway).
+// other 31 channels of its column block NaN (an infinity keeps its own channel infinite), where the
+// vector add kept it to its own channel (the next conv mixes every channel of the pixel anyway).
 template <Residual R, bool YBF16, bool RELU>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16"))) void block(
     const Args& a, const uint16_t* xa, int64_t row0, int64_t r0, int64_t r1, float* acc, const Ahead& ahead) {
@@ -175,36 +175,46 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16"))
   _tile_release();
 }
 
-// A call over fewer than 32 pixels: x (and a bf16 residual, which the tiles read 32 rows of) copied
-// into zero-padded blocks first.
+// Rows [p0, p1), fewer than 32: x (and a bf16 residual, which the tiles read 32 rows of) copied into
+// zero-padded blocks of the thread's own, so that no tile reads a row outside the range (another
+// thread's rows, or past the end). The blocks grow once and are reused: replays allocate nothing.
 template <Residual R, bool YBF16, bool RELU>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16"))) void small(const Args& a,
-                                                                                             const uint16_t* x,
-                                                                                             int64_t pixels) {
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16"))) void small(
+    const Args& a, const uint16_t* x, int64_t p0, int64_t p1) {
+  thread_local std::vector<uint16_t> padded_x, padded_res;
   alignas(64) float acc[kRows * kCols];
-  std::vector<uint16_t> padded(static_cast<size_t>(kRows * a.k), 0);
-  std::memcpy(padded.data(), x, static_cast<size_t>(pixels * a.k) * sizeof(uint16_t));
-  Args b = a;
-  std::vector<uint16_t> residual;
+  const int64_t pixels = p1 - p0;
+  auto fill = [pixels](std::vector<uint16_t>& block, const uint16_t* rows, int64_t width) {
+    const size_t used = static_cast<size_t>(pixels * width), all = static_cast<size_t>(kRows * width);
+    if (block.size() < all) block.resize(all);
+    std::memcpy(block.data(), rows, used * sizeof(uint16_t));
+    std::fill(block.begin() + static_cast<std::ptrdiff_t>(used), block.begin() + static_cast<std::ptrdiff_t>(all),
+              uint16_t{0});
+  };
+  fill(padded_x, x + p0 * a.k, a.k);
+  Args b = a;  // row 0 of the call is row p0
+  b.y = static_cast<char*>(a.y) + static_cast<size_t>(p0 * a.o) * (YBF16 ? 2 : 4);
   if constexpr (R == Residual::kBF16) {
-    residual.assign(static_cast<size_t>(kRows * a.o), 0);
-    std::memcpy(residual.data(), a.res, static_cast<size_t>(pixels * a.o) * sizeof(uint16_t));
-    b.res = residual.data();
+    fill(padded_res, static_cast<const uint16_t*>(a.res) + p0 * a.o, a.o);
+    b.res = padded_res.data();
+  } else if constexpr (R == Residual::kF32) {
+    b.res = static_cast<const float*>(a.res) + p0 * a.o;
   }
   _tile_loadconfig(&amx::kFullTiles);
   amx::compiler_barrier();
-  block<R, YBF16, RELU>(b, padded.data(), 0, 0, pixels, acc, Ahead{});
+  block<R, YBF16, RELU>(b, padded_x.data(), 0, 0, pixels, acc, Ahead{});
   _tile_release();
 }
 
 template <Residual R, bool YBF16, bool RELU>
 void run_typed(const Args& a, const uint16_t* x, int64_t pixels) {
   if (pixels < kRows) {
-    small<R, YBF16, RELU>(a, x, pixels);
+    small<R, YBF16, RELU>(a, x, 0, pixels);
     return;
   }
   const int64_t blocks = (pixels + kRows - 1) / kRows;
-  const int team = omp_in_parallel() ? 1 : static_cast<int>(std::min<int64_t>(std::max(1, num_threads()), blocks));
+  // Inside any parallel region, even a team of one (the fused bottleneck's lanes): this thread alone.
+  const int team = omp_get_level() > 0 ? 1 : static_cast<int>(std::min<int64_t>(std::max(1, num_threads()), blocks));
   if (team <= 1) {
     range<R, YBF16, RELU>(a, x, 0, pixels);
     return;
@@ -217,7 +227,14 @@ void run_typed(const Args& a, const uint16_t* x, int64_t pixels) {
     Args mine = a;  // and its own share of the spread
     mine.extra = a.extra + 64 * (a.extra_lines * t / n);
     mine.extra_lines = a.extra_lines * (t + 1) / n - a.extra_lines * t / n;
-    if (b1 > b0) range<R, YBF16, RELU>(mine, x, b0 * kRows, std::min(b1 * kRows, pixels));
+    // A last range shorter than a block must not reach back into its neighbour's rows, which that
+    // thread may be writing (the residual may be y itself).
+    const int64_t p0 = b0 * kRows, p1 = std::min(b1 * kRows, pixels);
+    if (p1 - p0 >= kRows) {
+      range<R, YBF16, RELU>(mine, x, p0, p1);
+    } else if (p1 > p0) {
+      small<R, YBF16, RELU>(mine, x, p0, p1);
+    }
   }
 }
 

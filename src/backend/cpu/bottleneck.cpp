@@ -271,7 +271,8 @@ void Bottleneck::run(const Tensor& x, Tensor& y, DType act) const {
           // (f32) prefetches its own input as it goes; the burst is then redundant, and measured
           // within noise of leaving it out (tiny layer1 block 0: 61.0 / 62.0 against 61.2 / 63.6 ms).
           // On AMX the burst stalls the core for as long as memory takes to deliver it; conv3's
-          // Amx1x1 asks for the same rows a few at a time instead (its spread, below).
+          // Amx1x1 asks for the same rows a few at a time instead (its spread, below, counted in
+          // conv3's time).
           const Tensor next = h1 < r1 - 1 ? rows(x, n, h1 + 1, std::min(h1 + strip, r1 - 1) + 1) : Tensor();
           if (next.defined() && !amx) timed(kConv1, [&] { prefetch(next); });
           if (fresh > 0) {

@@ -267,8 +267,9 @@ __attribute__((target("avx512f"))) void softmax_narrow_rows_avx512(const float* 
 // sum in scalar loops (base's TSA softmax, [640000, 4]: see docs/PERF.md). The bits are that
 // kernel's: the max is exact in any order, x - max and exp16 are lane-wise, each row's sum is
 // ((e0 + e1) + e2) + ... in column order (element k of every row broadcast across its row's lanes
-// by a permute), and 1 / sum is the one correctly rounded division. Rows past the last full vector
-// go to softmax_narrow_rows_avx512.
+// by a permute), and 1 / sum is the one correctly rounded division; a row with a NaN takes that
+// kernel's quiet-NaN max, so even the NaNs' bits agree. Rows past the last full vector go to
+// softmax_narrow_rows_avx512.
 __attribute__((target("avx512f"))) void softmax_pow2_rows_avx512(const float* x, float* y, int64_t c_len, int64_t r0,
                                                                   int64_t r1) {
   const int64_t per = 16 / c_len, full = r0 + (r1 - r0) / per * per;
@@ -278,14 +279,22 @@ __attribute__((target("avx512f"))) void softmax_pow2_rows_avx512(const float* x,
     for (int i = 0; i < 16; ++i) idx[i] = static_cast<int32_t>(i / c_len * c_len + k);
     column[k] = _mm512_load_si512(idx);
   }
-  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 one = _mm512_set1_ps(1.0f), nan = _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN());
   // The maskz spellings with a full mask: GCC 12 flags the plain forms' undefined pass-through.
   for (int64_t r = r0; r < full; r += per) {
     const __m512 v = _mm512_loadu_ps(x + r * c_len);
     __m512 mx = _mm512_maskz_permutexvar_ps(0xFFFF, column[0], v);
     for (int64_t k = 1; k < c_len; ++k) mx = max16(_mm512_maskz_permutexvar_ps(0xFFFF, column[k], v), mx);
-    // No NaN test: a NaN makes its own exponential NaN, hence its row's sum and every output of the
-    // row, as PyTorch's softmax poisons the row (and as the one-row kernel's NaN max does).
+    // NaN anywhere poisons its row, as PyTorch's softmax does: the max becomes the one-row kernel's
+    // quiet NaN, so every lane's NaN is the bits it gives (the max above skips a NaN).
+    if (const __mmask16 nans = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)) {
+      __mmask16 rows = 0;
+      for (int64_t j = 0; j < per; ++j) {
+        const auto lanes = static_cast<__mmask16>(((1u << c_len) - 1u) << (j * c_len));
+        if (nans & lanes) rows |= lanes;
+      }
+      mx = _mm512_mask_mov_ps(mx, rows, nan);
+    }
     const __m512 e = exp16(_mm512_sub_ps(v, mx));
     __m512 sum = _mm512_maskz_permutexvar_ps(0xFFFF, column[0], e);
     for (int64_t k = 1; k < c_len; ++k) sum = _mm512_add_ps(sum, _mm512_maskz_permutexvar_ps(0xFFFF, column[k], e));
