@@ -1,7 +1,6 @@
 #include "backend/cpu/amx1x1.h"
 
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
@@ -176,8 +175,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16"))
 }
 
 // Rows [p0, p1), fewer than 32: x (and a bf16 residual, which the tiles read 32 rows of) copied into
-// zero-padded blocks of the thread's own, so that no tile reads a row outside the range (another
-// thread's rows, or past the end). The blocks grow once and are reused: replays allocate nothing.
+// zero-padded blocks of the thread's own, so that no tile reads a row past the end. The blocks grow
+// once and are reused: replays allocate nothing.
 template <Residual R, bool YBF16, bool RELU>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16"))) void small(
     const Args& a, const uint16_t* x, int64_t p0, int64_t p1) {
@@ -210,31 +209,8 @@ template <Residual R, bool YBF16, bool RELU>
 void run_typed(const Args& a, const uint16_t* x, int64_t pixels) {
   if (pixels < kRows) {
     small<R, YBF16, RELU>(a, x, 0, pixels);
-    return;
-  }
-  const int64_t blocks = (pixels + kRows - 1) / kRows;
-  // Inside any parallel region, even a team of one (the fused bottleneck's lanes): this thread alone.
-  const int team = omp_get_level() > 0 ? 1 : static_cast<int>(std::min<int64_t>(std::max(1, num_threads()), blocks));
-  if (team <= 1) {
+  } else {
     range<R, YBF16, RELU>(a, x, 0, pixels);
-    return;
-  }
-#pragma omp parallel num_threads(team)
-  {
-    // Contiguous ranges of whole blocks: each core streams its own part of the map.
-    const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
-    const int64_t b0 = blocks * t / n, b1 = blocks * (t + 1) / n;
-    Args mine = a;  // and its own share of the spread
-    mine.extra = a.extra + 64 * (a.extra_lines * t / n);
-    mine.extra_lines = a.extra_lines * (t + 1) / n - a.extra_lines * t / n;
-    // A last range shorter than a block must not reach back into its neighbour's rows, which that
-    // thread may be writing (the residual may be y itself).
-    const int64_t p0 = b0 * kRows, p1 = std::min(b1 * kRows, pixels);
-    if (p1 - p0 >= kRows) {
-      range<R, YBF16, RELU>(mine, x, p0, p1);
-    } else if (p1 > p0) {
-      small<R, YBF16, RELU>(mine, x, p0, p1);
-    }
   }
 }
 

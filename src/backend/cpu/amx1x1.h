@@ -16,10 +16,10 @@
 // ReLU and the rounding.
 //
 // The arithmetic of a pixel does not depend on which pixels a call covers (the tile products and
-// the order over K are fixed), so strips of a map give the bits of the whole map. A thread's last,
-// partial block is computed over the 32 pixels that end its range, and only its new rows are
-// written (the rows before it may be y == residual, already overwritten); a range shorter than
-// 32 pixels is copied into zero-padded blocks instead.
+// the order over K are fixed), so strips of a map give the bits of the whole map. A call's last,
+// partial block is computed over the 32 pixels that end it, and only its new rows are written
+// (the rows before it may be y == residual, already overwritten); a call of fewer than 32 pixels
+// is copied into zero-padded blocks instead.
 //
 // Rounding: x and the weights are bf16, products and sums f32 (the tile unit's), the bias first,
 // then the products in order of K, then the residual, ReLU, one rounding to y's dtype
@@ -54,11 +54,10 @@ class Amx1x1 {
 
   // x: `pixels` rows of K bf16; residual: null, or `pixels` rows of O in res_dtype (bf16 or f32),
   // which may be y itself (same dtype) but must not overlap it otherwise; y: `pixels` rows of O in
-  // y_dtype (bf16 or f32), not overlapping x. On the OpenMP team of cpu::num_threads(), each thread
-  // a contiguous range of pixels; on the calling thread alone when called inside a parallel region,
-  // even a team of one (the fused bottleneck's lanes). spread: spread_bytes that the caller reads next (the fused
-  // bottleneck's next strip of x), asked for into L2 a few lines per column block while the
-  // tiles compute, so that their transfer overlaps this call's arithmetic.
+  // y_dtype (bf16 or f32), not overlapping x. On the calling thread: its caller, the fused
+  // bottleneck, splits the map among its own lanes. spread: spread_bytes that the caller reads
+  // next (the next strip of x), asked for into L2 a few lines per column block while the tiles
+  // compute, so that their transfer overlaps this call's arithmetic.
   void run(const uint16_t* x, const void* residual, DType res_dtype, void* y, DType y_dtype, int64_t pixels,
            const void* spread = nullptr, size_t spread_bytes = 0) const;
 
