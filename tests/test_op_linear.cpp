@@ -214,6 +214,40 @@ TEST(Linear, Bf16InputsAndOutputs) {
   test::expect_invalid_input([&] { f32.run(random_tensor({3, 4}, 75), y16); }, "f32");
 }
 
+// bf16 precision on an f32 x of many rows runs on chunks, each thread converting its rows and
+// multiplying them in its cache (linear.cpp, kChunkMinRows): the bits are those of the bf16 x read
+// as it lies in one matmul (which the test above ties to the f32 x's), for chunks of every size
+// and a short last one, with and without ReLU, into f32 and bf16 outputs; and within the bound.
+TEST(Linear, Bf16F32InputOnChunksGivesTheBitsOfOneMatmul) {
+  const int before = num_threads();
+  set_num_threads(2);
+  for (const auto& [m, in, out, relu] :
+       {std::tuple<int64_t, int64_t, int64_t, bool>{20011, 96, 80, true}, {8192, 256, 256, false}, {9001, 33, 17, true}}) {
+    const Tensor x = random_tensor({m, in}, 80);
+    const Tensor w = random_tensor({out, in}, 81, -0.0625f, 0.0625f);
+    const Tensor b = random_tensor({out}, 82, -0.1f, 0.1f);
+    const Linear lin(w, &b, relu, Precision::kBF16);
+    const Tensor x16 = x.to(DType::kBF16);
+    for (const DType yd : {DType::kF32, DType::kBF16}) {
+      Tensor chunked = Tensor::empty({m, out}, yd), whole = Tensor::empty({m, out}, yd);
+      lin.run(x, chunked);
+      lin.run(x16, whole);
+      EXPECT_EQ(0, std::memcmp(chunked.raw_data(), whole.raw_data(), chunked.nbytes()))
+          << m << "x" << in << "->" << out << " into " << dtype_name(yd);
+    }
+    Tensor y = Tensor::empty({m, out}, DType::kF32);
+    lin.run(x, y);
+    const float* xp = x.data<float>();
+    const float* wp = w.data<float>();
+    double max_abs = 0;
+    const double e = max_err(
+        y.data<float>(), m, out, in, [&](int64_t i, int64_t t) { return xp[i * in + t]; },
+        [&](int64_t t, int64_t j) { return wp[j * in + t]; }, b.data<float>(), relu, 1.0, &max_abs);
+    EXPECT_LE(e, bound_of(Precision::kBF16, in)) << m << "x" << in << "->" << out;
+  }
+  set_num_threads(before);
+}
+
 TEST(Linear, RejectsMismatchesWithWhatWasExpected) {
   const Tensor w = random_tensor({6, 4}, 40);
   const Linear lin(w, nullptr, false, Precision::kF32);

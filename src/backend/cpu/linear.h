@@ -44,6 +44,10 @@ class Linear {
   std::string impl_name(int64_t m) const;
 
  private:
+  // bf16 precision, f32 x of m >= kChunkMinRows rows (linear.cpp): `threads` threads, each its own
+  // chunks of `rows` rows converted and multiplied in its cache. Called with the state's lock held.
+  void run_chunks(const Tensor& x, Tensor& y, int64_t m, int64_t rows, int threads, bool bf16_out) const;
+
   struct State;
   std::unique_ptr<State> state_;
 };
