@@ -19,6 +19,7 @@
 
 #include "backend/cpu/kernel_check.h"
 #include "backend/cpu/onednn.h"
+#include "backend/cpu/vec_avx512.h"
 #include "core/half.h"
 
 namespace bev::cpu {
@@ -93,7 +94,7 @@ BEV_AVX512_BW inline __m512 load16(const uint16_t* p, __mmask16 m) {
   return bf16_to_float_x16(_mm256_maskz_loadu_epi16(m, p));
 }
 
-// The AVX-512 combine (the bf16 output needs AVX512BW/VL as well: see kHaveAvx512Bw).
+// The AVX-512 combine (the bf16 output needs AVX512BW/VL as well: avx512::has_bw).
 template <typename In, typename Out>
 BEV_AVX512_BW void combine_avx512(const Corners<In>& k, float mask, Out* d, int64_t C) {
   const __m512 vm = _mm512_set1_ps(mask);
@@ -123,15 +124,6 @@ BEV_AVX512_BW void combine_avx512(const Corners<In>& k, float mask, Out* d, int6
   }
 }
 
-// __builtin_cpu_init first: this may run during static initialization, before libgcc's own.
-const bool kHaveAvx512Bw = [] {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-}();
-const bool kHaveAvx512Bf16 = [] {
-  __builtin_cpu_init();
-  return kHaveAvx512Bw && __builtin_cpu_supports("avx512bf16");
-}();
 
 // bf16 in, bf16 out, 32 channels a step, where the CPU converts to bf16 itself (AVX512-BF16: the
 // Xeons with AMX, Zen 4 and 5). The corners' rows are widened by interleaving zeros below their
@@ -211,12 +203,12 @@ void sample_rows(const Geometry& g, const In* x, const float* om, Col* col, int6
         bilinear_corners(xn, g.h, g.w, g.cin, hy, wx, k);
         const float mask = sigmoid_f(o[2 * taps + t]);
         if constexpr (std::is_same_v<In, uint16_t> && std::is_same_v<Col, uint16_t>) {
-          if (kHaveAvx512Bf16) {
+          if (avx512::has_bf16()) {
             combine_bf16_native(k, mask, dst + t * g.cin, g.cin);
             continue;
           }
         }
-        if (kHaveAvx512Bw) {
+        if (avx512::has_bw()) {
           combine_avx512(k, mask, dst + t * g.cin, g.cin);
         } else {
           combine_scalar(k, mask, dst + t * g.cin, g.cin);

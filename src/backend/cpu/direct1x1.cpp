@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "backend/cpu/onednn.h"
+#include "backend/cpu/vec_avx512.h"
 #include "bevformer/error.h"
 
 namespace bev::cpu {
@@ -57,8 +58,7 @@ constexpr TileFn kTiles[kTile + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4
 
 bool Direct1x1::supports(const Conv2dAttrs& a, int64_t in_channels, int64_t out_channels, int64_t kh, int64_t kw,
                          Precision precision) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  return avx512 && precision == Precision::kF32 && kh == 1 && kw == 1 && a.stride_h == 1 && a.stride_w == 1 &&
+  return avx512::has_f() && precision == Precision::kF32 && kh == 1 && kw == 1 && a.stride_h == 1 && a.stride_w == 1 &&
          a.pad_h == 0 && a.pad_w == 0 && a.dilation_h == 1 && a.dilation_w == 1 && a.groups == 1 && !a.residual &&
          in_channels >= 1 && in_channels <= kMaxInChannels && out_channels >= 64 && out_channels % 64 == 0 &&
          in_channels * out_channels <= kMaxWeights;

@@ -45,10 +45,6 @@ void expect_no_partial_overlap(const char* op, const Tensor& in, const Tensor& y
 }
 
 
-const bool kHaveAvx512 = [] {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") != 0;
-}();
 
 // ---- layer_norm ----
 
@@ -422,7 +418,7 @@ void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float 
   const float* b = beta.data<float>();
   float* yp = y.data<float>();
   for_chunks(pool, rows, std::max<int64_t>(1, 4096 / c_len), [&](int64_t r0, int64_t r1) {
-    if (kHaveAvx512) {
+    if (avx512::has_f()) {
       ln_rows_avx512(xp, g, b, eps, yp, c_len, r0, r1);
     } else {
       ln_rows_scalar(xp, g, b, eps, yp, c_len, r0, r1);
@@ -431,11 +427,11 @@ void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float 
 }
 
 static void softmax_rows(const float* x, float* y, int64_t c_len, int64_t r0, int64_t r1) {
-  if (kHaveAvx512 && (c_len == 2 || c_len == 4 || c_len == 8)) {
+  if (avx512::has_f() && (c_len == 2 || c_len == 4 || c_len == 8)) {
     softmax_pow2_rows_avx512(x, y, c_len, r0, r1);
-  } else if (kHaveAvx512 && c_len < 16) {
+  } else if (avx512::has_f() && c_len < 16) {
     softmax_narrow_rows_avx512(x, y, c_len, r0, r1);
-  } else if (kHaveAvx512) {
+  } else if (avx512::has_f()) {
     softmax_rows_avx512(x, y, c_len, r0, r1);
   } else {
     softmax_rows_scalar(x, y, c_len, r0, r1);
@@ -456,8 +452,7 @@ void softmax(const Tensor& x, Tensor& y, ThreadPool* pool) {
 }
 
 void softmax_numerators(float* x, uint16_t* y_bf16, float* sums, int64_t c_len, int64_t r0, int64_t r1) {
-  static const bool bw = kHaveAvx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  static const bool native_bf16 = bw && __builtin_cpu_supports("avx512bf16");
+  const bool bw = avx512::has_bw(), native_bf16 = avx512::has_bf16();
   if (native_bf16 && y_bf16 != nullptr) {
     softmax_numerator_rows_native_bf16(x, y_bf16, sums, c_len, r0, r1);
   } else if (bw) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/cpu/kernel_check.h"
+#include "backend/cpu/vec_avx512.h"
 #include "core/half.h"
 
 namespace bev::cpu {
@@ -191,17 +192,16 @@ void max_pool2d_3x3_s2_p1(const Tensor& x, Tensor& y, ThreadPool* pool) {
   expect_nhwc(op, x, "input x", /*bf16_ok=*/true, /*u8_ok=*/true);
   const Shape ys = max_pool2d_3x3_s2_p1_shape(x.shape());
   expect_host_shape(op, y, "output y (the input's dtype)", dt, ys);
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  static const bool avx512bw = __builtin_cpu_supports("avx512bw");
+  const bool f = avx512::has_f(), bw = avx512::has_bw();
   if (dt == DType::kF32) {
     max_pool_rows(x.data<float>(), y.data<float>(), x.shape(), ys, pool,
-                  avx512 ? pool_pixel_avx512 : pool_pixel_scalar);
+                  f ? pool_pixel_avx512 : pool_pixel_scalar);
   } else if (dt == DType::kU8) {
     max_pool_rows(x.data<uint8_t>(), y.data<uint8_t>(), x.shape(), ys, pool,
-                  avx512bw ? pool_pixel_u8_avx512 : pool_pixel_u8_scalar);
+                  bw ? pool_pixel_u8_avx512 : pool_pixel_u8_scalar);
   } else {
     max_pool_rows(static_cast<const uint16_t*>(x.raw_data()), static_cast<uint16_t*>(y.raw_data()), x.shape(), ys,
-                  pool, avx512 ? pool_pixel_bf16_avx512 : pool_pixel_bf16_scalar);
+                  pool, f ? pool_pixel_bf16_avx512 : pool_pixel_bf16_scalar);
   }
 }
 

@@ -1,6 +1,7 @@
 // AVX-512 helpers shared by the row kernels (elementwise.cpp) and the fused attention
-// (attention_amx.cpp): masks, horizontal reductions, a row's max, and exp. Callers check AVX-512F
-// at run time (the build has no -march); each helper carries its own target.
+// (attention_amx.cpp): what the CPU runs, masks, horizontal reductions, a row's max, and exp.
+// Callers check the CPU at run time (the build has no -march; has_f() and the rest below); each
+// helper carries its own target.
 #pragma once
 
 #include <immintrin.h>
@@ -9,6 +10,23 @@
 #include <limits>
 
 namespace bev::cpu::avx512 {
+
+// What this CPU runs, asked once: every AVX-512 kernel of ours dispatches on these.
+// __builtin_cpu_init first: a caller may run during static initialization, before libgcc's own.
+inline bool has_f() {
+  static const bool v = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f") != 0);
+  return v;
+}
+// BW with VL: 16-bit lanes (bf16, u8 codes) and the masked 256/128-bit forms.
+inline bool has_bw() {
+  static const bool v = has_f() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  return v;
+}
+// AVX512-BF16: the CPU rounds f32 to bf16 itself (vcvtne2ps2bf16).
+inline bool has_bf16() {
+  static const bool v = has_bw() && __builtin_cpu_supports("avx512bf16");
+  return v;
+}
 
 inline __mmask16 tail_mask(int64_t left) { return static_cast<__mmask16>((1u << left) - 1u); }
 
