@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/cpu/amx1x1.h"
+#include "backend/cpu/conv2d.h"
 #include "backend/cpu/onednn.h"
 #include "bevformer/error.h"
 #include "core/half.h"
@@ -153,6 +154,30 @@ TEST(Amx1x1, NanResidualStaysInItsPixel) {
       EXPECT_FALSE(std::isnan(bf16_to_float(yp[p * 64 + ch]))) << "pixel " << p << " channel " << ch;
     }
   }
+}
+
+// Conv2d packs its Amx1x1 on the first amx1x1() call, from its bf16 oneDNN weights: the kernel
+// computes the bits of one packed straight from the f32 weights; f32 convs and 3x3s have none.
+TEST(Amx1x1, ConvPacksItOnFirstUseWithTheSameBits) {
+  if (!available()) GTEST_SKIP() << "no AMX on this CPU (or oneDNN capped below it)";
+  const Tensor w = random_tensor({96, 64, 1, 1}, 21, -0.2f, 0.2f);
+  const Tensor b = random_tensor({96}, 22);
+  Conv2dAttrs relu;
+  relu.relu = true;
+  const Conv2d conv(w, &b, relu, Precision::kBF16);
+  const Amx1x1* lazy = conv.amx1x1();
+  ASSERT_NE(lazy, nullptr);
+  EXPECT_EQ(conv.amx1x1(), lazy);  // packed once
+  const Amx1x1 direct(w, &b, true);
+  const int64_t pixels = 77;
+  const Tensor x = random_tensor({pixels, 64}, 23).to(DType::kBF16);
+  Tensor y1 = Tensor::empty({pixels, 96}, DType::kBF16), y2 = Tensor::empty({pixels, 96}, DType::kBF16);
+  const auto* xp = static_cast<const uint16_t*>(x.raw_data());
+  lazy->run(xp, nullptr, DType::kF32, y1.raw_data(), DType::kBF16, pixels);
+  direct.run(xp, nullptr, DType::kF32, y2.raw_data(), DType::kBF16, pixels);
+  EXPECT_EQ(0, std::memcmp(y1.raw_data(), y2.raw_data(), y1.nbytes()));
+  EXPECT_EQ(Conv2d(w, &b, relu, Precision::kF32).amx1x1(), nullptr);
+  EXPECT_EQ(Conv2d(random_tensor({96, 64, 3, 3}, 24), &b, relu, Precision::kBF16).amx1x1(), nullptr);
 }
 
 TEST(Amx1x1, OnlyWhereItApplies) {

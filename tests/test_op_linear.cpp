@@ -221,8 +221,10 @@ TEST(Linear, Bf16InputsAndOutputs) {
 TEST(Linear, Bf16F32InputOnChunksGivesTheBitsOfOneMatmul) {
   const int before = num_threads();
   set_num_threads(2);
-  for (const auto& [m, in, out, relu] :
+  for (const auto& shape :
        {std::tuple<int64_t, int64_t, int64_t, bool>{20011, 96, 80, true}, {8192, 256, 256, false}, {9001, 33, 17, true}}) {
+    const auto [m, in, out, relu] = shape;  // (copies: clang's lambdas capture no structured bindings)
+    const int64_t k = in;
     const Tensor x = random_tensor({m, in}, 80);
     const Tensor w = random_tensor({out, in}, 81, -0.0625f, 0.0625f);
     const Tensor b = random_tensor({out}, 82, -0.1f, 0.1f);
@@ -241,9 +243,9 @@ TEST(Linear, Bf16F32InputOnChunksGivesTheBitsOfOneMatmul) {
     const float* wp = w.data<float>();
     double max_abs = 0;
     const double e = max_err(
-        y.data<float>(), m, out, in, [&](int64_t i, int64_t t) { return xp[i * in + t]; },
-        [&](int64_t t, int64_t j) { return wp[j * in + t]; }, b.data<float>(), relu, 1.0, &max_abs);
-    EXPECT_LE(e, bound_of(Precision::kBF16, in)) << m << "x" << in << "->" << out;
+        y.data<float>(), m, out, k, [&](int64_t i, int64_t t) { return xp[i * k + t]; },
+        [&](int64_t t, int64_t j) { return wp[j * k + t]; }, b.data<float>(), relu, 1.0, &max_abs);
+    EXPECT_LE(e, bound_of(Precision::kBF16, k)) << m << "x" << k << "->" << out;
   }
   set_num_threads(before);
 }

@@ -55,7 +55,10 @@ struct Conv2d::State {
 
   PackedWeights weights;  // the first layout made at construction, for a representative map
   std::shared_ptr<const Direct1x1> direct;  // set when this conv runs on our 1x1 kernel instead
-  std::shared_ptr<const Amx1x1> amx1x1;     // the fused bottleneck's kernel for its strips (see amx1x1())
+  // The fused bottleneck's kernel for its strips (see amx1x1()): packed on the first call, where
+  // amx1x1_ok says it applies (only the blocks that fuse ask; tiny's layer3 and layer4 do not).
+  bool amx1x1_ok = false;
+  std::shared_ptr<const Amx1x1> amx1x1;
   // Set when it runs in int8 (int8 precision, attrs.int8_step > 0): then nothing above is used.
   std::shared_ptr<const Conv2dInt8> int8;
 
@@ -342,9 +345,7 @@ Conv2d::Conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs&
   if (allow_direct && Direct1x1::supports(attrs, s.in_ch_per_group * attrs.groups, s.out_ch, s.kh, s.kw, arithmetic)) {
     s.direct = std::make_shared<const Direct1x1>(w, bias, attrs.relu);
   }
-  if (allow_direct && Amx1x1::supports(attrs, s.in_ch_per_group * attrs.groups, s.out_ch, s.kh, s.kw, arithmetic)) {
-    s.amx1x1 = std::make_shared<const Amx1x1>(w, bias, attrs.relu);
-  }
+  s.amx1x1_ok = allow_direct && Amx1x1::supports(attrs, s.in_ch_per_group * attrs.groups, s.out_ch, s.kh, s.kw, arithmetic);
 }
 
 Conv2d::Conv2d(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -371,13 +372,13 @@ Conv2d Conv2d::with_attrs(const Conv2dAttrs& attrs) const {
       Direct1x1::supports(attrs, s.in_ch_per_group * attrs.groups, s.out_ch, s.kh, s.kw, arithmetic_of(s.precision))) {
     d->direct = s.direct;
   }
-  if (s.amx1x1 && attrs.relu == s.attrs.relu &&
-      Amx1x1::supports(attrs, s.in_ch_per_group * attrs.groups, s.out_ch, s.kh, s.kw, arithmetic_of(s.precision))) {
-    d->amx1x1 = s.amx1x1;
-  }
+  d->amx1x1_ok = s.amx1x1_ok && attrs.relu == s.attrs.relu &&
+                 Amx1x1::supports(attrs, s.in_ch_per_group * attrs.groups, s.out_ch, s.kh, s.kw,
+                                  arithmetic_of(s.precision));
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     d->weights = s.weights;
+    if (d->amx1x1_ok) d->amx1x1 = s.amx1x1;
   }
   return Conv2d(std::move(d));
 }
@@ -387,7 +388,24 @@ Conv2d::Conv2d(Conv2d&&) noexcept = default;
 Conv2d& Conv2d::operator=(Conv2d&&) noexcept = default;
 
 const Conv2dAttrs& Conv2d::attrs() const { return state_->attrs; }
-const Amx1x1* Conv2d::amx1x1() const { return state_->amx1x1.get(); }
+const Amx1x1* Conv2d::amx1x1() const {
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.amx1x1_ok && !s.amx1x1) {
+    // From the packed weights, already bf16: back to f32 OIHW exactly, which Amx1x1 rounds to the
+    // same bf16 again.
+    Tensor w = Tensor::empty({s.out_ch, s.in_ch_per_group, 1, 1}, DType::kF32);
+    const dnnl::memory plain = s.weights.copy_in(dnnl::memory::desc({s.out_ch, s.in_ch_per_group, 1, 1}, dt::f32, tag::oihw));
+    std::memcpy(w.raw_data(), plain.get_data_handle(), w.nbytes());
+    Tensor b;
+    if (s.bias) {
+      b = Tensor::empty({s.out_ch}, DType::kF32);
+      std::memcpy(b.raw_data(), s.bias.get_data_handle(), b.nbytes());
+    }
+    s.amx1x1 = std::make_shared<const Amx1x1>(w, b.defined() ? &b : nullptr, s.attrs.relu);
+  }
+  return s.amx1x1.get();
+}
 int64_t Conv2d::in_channels() const { return state_->in_ch_per_group * state_->attrs.groups; }
 int64_t Conv2d::out_channels() const { return state_->out_ch; }
 Precision Conv2d::precision() const { return state_->precision; }

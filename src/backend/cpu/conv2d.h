@@ -63,7 +63,9 @@ class Conv2d {
   const Conv2dAttrs& attrs() const;
   // This conv's weights packed for cpu::Amx1x1 (bf16 arithmetic on AMX, 1x1 convs it supports),
   // or null. run() does not use it: over whole maps oneDNN's kernels stream memory better (docs/
-  // PERF.md); the fused bottleneck runs its strips on it, cache-resident.
+  // PERF.md); the fused bottleneck runs its strips on it, cache-resident. Packed on the first call
+  // (a fused block's first run, when its plan is recorded), so the convs of blocks that never fuse
+  // hold no second copy of their weights. Thread-safe.
   const Amx1x1* amx1x1() const;
   Precision precision() const;  // kInt8 for a conv with an int8 step; else its arithmetic, f32 or bf16
 

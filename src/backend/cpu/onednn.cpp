@@ -49,6 +49,11 @@ dnnl::memory PackedWeights::in(const dnnl::memory::desc& want) {
   return layouts_.back();
 }
 
+dnnl::memory PackedWeights::copy_in(const dnnl::memory::desc& want) const {
+  if (layouts_.empty()) throw Error(ErrorKind::kInternal, "PackedWeights::copy_in before construction");
+  return reordered(layouts_.front(), want);
+}
+
 std::string isa_name() {
   switch (dnnl::get_effective_cpu_isa()) {
     case dnnl::cpu_isa::sse41: return "sse41";

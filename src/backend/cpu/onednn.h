@@ -107,6 +107,8 @@ class PackedWeights {
   // `source`: the weights in some layout, kept as the reorder source of every other.
   explicit PackedWeights(dnnl::memory source) { layouts_.push_back(std::move(source)); }
   dnnl::memory in(const dnnl::memory::desc& want);
+  // The weights reordered into `want` once, for a caller that keeps its own copy (not cached here).
+  dnnl::memory copy_in(const dnnl::memory::desc& want) const;
 
  private:
   std::vector<dnnl::memory> layouts_;  // [0] the source
