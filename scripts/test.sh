@@ -32,7 +32,8 @@ ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600 "${docs[@]
 python3 scripts/skipped_tests.py build  # ctest says only "Skipped"; each test's reason
 
 # One clang tree serves the sanitizer tests and the fuzz targets: every library built once with
-# ASan+UBSan and libFuzzer's coverage instrumentation, at -O1 with line tables. Until 2026-12-04
+# ASan+UBSan and libFuzzer's coverage instrumentation, at -O1 with line tables (the test files' own
+# code at -O0, the heavy ones at -O1: tests/CMakeLists.txt). Until 2026-12-04
 # there were two trees, GCC -O0 for the tests and clang -O2 for the fuzzers: on the AMX Xeon
 # 495 + 223 s of build and 426 s of tests, against about 470 s of build and 185 s of tests here.
 # Our OpenMP code links LLVM's libomp in this tree (GCC's libgomp in the release build, whose

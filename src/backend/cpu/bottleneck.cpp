@@ -186,17 +186,22 @@ void Bottleneck::run(const Tensor& x, Tensor& y, DType act) const {
   // bf16 on AMX: the 1x1 members run on cpu::Amx1x1 (Conv2d::amx1x1), which takes the next strip's
   // rows of x as its spread: they arrive while conv3 computes, where a burst of prefetches before
   // the strip stalled the core until memory delivered them.
-  const bool amx = act == DType::kBF16 && x.dtype() == DType::kBF16 && s.conv1->amx1x1() && s.conv3->amx1x1() &&
-                   (!s.downsample || s.downsample->amx1x1());
-  auto run_1x1 = [amx](const Conv2d& c, const Tensor& in, const Tensor* residual, Tensor& dst, int lane,
-                       const Tensor* spread = nullptr) {
+  // The kernels are asked for once, here: Conv2d::amx1x1() locks the conv (it packs on first use).
+  const bool bf16_in = act == DType::kBF16 && x.dtype() == DType::kBF16;
+  const Amx1x1* amx1 = bf16_in ? s.conv1->amx1x1() : nullptr;
+  const Amx1x1* amx3 = bf16_in ? s.conv3->amx1x1() : nullptr;
+  const Amx1x1* amx_ds = bf16_in && s.downsample ? s.downsample->amx1x1() : nullptr;
+  const bool amx = amx1 && amx3 && (!s.downsample || amx_ds);
+  auto run_1x1 = [&](const Conv2d& c, const Tensor& in, const Tensor* residual, Tensor& dst, int lane,
+                     const Tensor* spread = nullptr) {
     if (!amx) {
       c.run(in, residual, dst, lane);
       return;
     }
-    c.amx1x1()->run(static_cast<const uint16_t*>(in.raw_data()), residual ? residual->raw_data() : nullptr,
-                    residual ? residual->dtype() : DType::kF32, dst.raw_data(), dst.dtype(), in.numel() / in.size(3),
-                    spread ? spread->raw_data() : nullptr, spread ? spread->nbytes() : 0);
+    const Amx1x1* kernel = &c == s.conv1.get() ? amx1 : &c == s.conv3.get() ? amx3 : amx_ds;
+    kernel->run(static_cast<const uint16_t*>(in.raw_data()), residual ? residual->raw_data() : nullptr,
+                residual ? residual->dtype() : DType::kF32, dst.raw_data(), dst.dtype(), in.numel() / in.size(3),
+                spread ? spread->raw_data() : nullptr, spread ? spread->nbytes() : 0);
   };
 
   std::lock_guard<std::mutex> lock(s.mu);

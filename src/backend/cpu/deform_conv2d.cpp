@@ -124,7 +124,6 @@ BEV_AVX512_BW void combine_avx512(const Corners<In>& k, float mask, Out* d, int6
   }
 }
 
-
 // bf16 in, bf16 out, 32 channels a step, where the CPU converts to bf16 itself (AVX512-BF16: the
 // Xeons with AMX, Zen 4 and 5). The corners' rows are widened by interleaving zeros below their
 // words (unpacklo/hi), which puts channels in the order [0-3, 8-11, 16-19, 24-27 | 4-7, ...];

@@ -44,8 +44,6 @@ void expect_no_partial_overlap(const char* op, const Tensor& in, const Tensor& y
   }
 }
 
-
-
 // ---- layer_norm ----
 
 void ln_rows_scalar(const float* x, const float* g, const float* b, float eps, float* y, int64_t c_len,

@@ -56,7 +56,9 @@ void run_matmul(const MatmulPlan& p, dnnl::stream& st, dnnl_memory_t src, dnnl_m
 // bf16 precision, f32 x of many rows: each thread converts a chunk of rows to bf16 and multiplies
 // it while it is in its L2, instead of one conversion of the whole x to memory and one matmul
 // reading it back (base's output_proj, [40000, 256] -> [40000, 256]: the bf16 copy was 20 MB
-// written and read again). A chunk's f32 rows, bf16 rows and output rows take about kChunkBytes;
+// written and read again). The rows of a chunk are those of one matmul call (oneDNN's brgemm
+// kernels for these M compute a row as for any other M: the test compares the bits with one call
+// over the bf16 input). A chunk's f32 rows, bf16 rows and output rows take about kChunkBytes;
 // from kChunkMinRows rows on (tiny's 2500-row maps stay in L2 either way). bench_linear on the AMX
 // Xeon, 2 threads, medians of three interleaved runs, f32 in and out, against one conversion and
 // one matmul: base proj 7.6-8.1 -> 6.6-7.8 ms, ffn_up 13.1-13.9 -> 9.6-11.8, sca_value (184950
@@ -195,7 +197,9 @@ void Linear::run(const Tensor& x, Tensor& y) const {
   const int threads = omp_in_parallel() ? 1 : std::max(1, num_threads());
   if (bf16 && !bf16_in && threads > 1 && m >= kChunkMinRows) {
     const int64_t row_bytes = s.in * 6 + s.out * (bf16_out ? 2 : 4);
-    const int64_t rows = std::clamp<int64_t>(kChunkBytes / row_bytes / 32 * 32, 32, m);
+    // At most a thread's share, so that narrow layers still give every thread chunks.
+    const int64_t share = ((m + threads - 1) / threads + 31) / 32 * 32;
+    const int64_t rows = std::clamp<int64_t>(kChunkBytes / row_bytes / 32 * 32, 32, std::min(m, share));
     return run_chunks(x, y, m, rows, threads, bf16_out);
   }
   State::Plan& p = s.plan_for(m, bf16_in, bf16_out);

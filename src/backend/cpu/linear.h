@@ -7,7 +7,7 @@
 // primitive (which falls back to gemm:jit) by 1.1-1.7x at BEVFormer's shapes, and the model uses a
 // handful of distinct M, so the per-M cache stays small. In bf16 precision an f32 x of many rows
 // (base's BEV maps) runs on chunks instead, each thread converting and multiplying its own rows
-// in its cache (run_chunks): the same bits as one call.
+// in its cache (run_chunks); the tests find the bits of one call.
 //
 // batched_matmul: y[b] = scale * a[b] @ (transpose_b ? b[b]^T : b[b]), for attention scores and
 // attention-weighted values. Primitives are cached per shape in a small process-wide table.

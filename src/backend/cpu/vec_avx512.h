@@ -11,7 +11,8 @@
 
 namespace bev::cpu::avx512 {
 
-// What this CPU runs, asked once: every AVX-512 kernel of ours dispatches on these.
+// What this CPU runs, asked once: the row kernels, DCNv2's sampling, the direct 1x1 and the max
+// pool dispatch on these (MSDA has its own ISA choice, msda_isa_supported).
 // __builtin_cpu_init first: a caller may run during static initialization, before libgcc's own.
 inline bool has_f() {
   static const bool v = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f") != 0);
