@@ -47,10 +47,11 @@ void bm_linear(benchmark::State& state, int64_t m, int64_t in, int64_t out, bool
   const Tensor x = filled({m, in}, 3);
   Tensor y = Tensor::empty({m, out}, DType::kF32);
   const bev::cpu::Linear lin(w, &b, relu, p);
-  lin.run(x, y);  // creates the plan for this M
+  bev::ThreadPool pool(bev::cpu::num_threads(), bev::ThreadPool::Threads::kOpenMP);  // the CPU backend's
+  lin.run(x, y, &pool);  // creates the plan for this M
   state.SetLabel(lin.impl_name(m));
   for (auto _ : state) {
-    lin.run(x, y);
+    lin.run(x, y, &pool);
     benchmark::DoNotOptimize(y.raw_data());
   }
   set_counters(state, 2.0 * static_cast<double>(m) * static_cast<double>(in) * static_cast<double>(out), p);

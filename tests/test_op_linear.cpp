@@ -214,16 +214,13 @@ TEST(Linear, Bf16InputsAndOutputs) {
   test::expect_invalid_input([&] { f32.run(random_tensor({3, 4}, 75), y16); }, "f32");
 }
 
-// bf16 precision on an f32 x of many rows runs on chunks, each thread converting its rows and
-// multiplying them in its cache (linear.cpp, kChunkMinRows): the bits are those of the bf16 x read
-// as it lies in one matmul (which the test above ties to the f32 x's), for chunks of every size
-// and a short last one, with and without ReLU, into f32 and bf16 outputs; and within the bound.
+// bf16 precision on an f32 x of many rows runs on chunks, each of the pool's threads converting its
+// rows and multiplying them in its cache (linear.cpp, kChunkMinRows): the bits are those of the
+// bf16 x read as it lies in one matmul (which the test above ties to the f32 x's), for chunks of
+// every size and a short last one, with and without ReLU, into f32 and bf16 outputs; and within
+// the bound.
 TEST(Linear, Bf16F32InputOnChunksGivesTheBitsOfOneMatmul) {
-  struct RestoreThreads {
-    int before = num_threads();
-    ~RestoreThreads() { set_num_threads(before); }
-  } restore;
-  set_num_threads(2);
+  ThreadPool pool(2, ThreadPool::Threads::kOpenMP);  // the CPU backend's kind
   for (const auto& shape :
        {std::tuple<int64_t, int64_t, int64_t, bool>{20011, 96, 80, true}, {8192, 256, 256, false}, {9001, 33, 17, true}}) {
     const auto [m, in, out, relu] = shape;  // (copies: clang's lambdas capture no structured bindings)
@@ -235,15 +232,15 @@ TEST(Linear, Bf16F32InputOnChunksGivesTheBitsOfOneMatmul) {
     const Tensor x16 = x.to(DType::kBF16);
     for (const DType yd : {DType::kF32, DType::kBF16}) {
       Tensor chunked = Tensor::empty({m, out}, yd), whole = Tensor::empty({m, out}, yd);
-      lin.run(x, chunked);
-      lin.run(x16, whole);
+      lin.run(x, chunked, &pool);
+      lin.run(x16, whole, &pool);
       EXPECT_EQ(0, std::memcmp(chunked.raw_data(), whole.raw_data(), chunked.nbytes()))
           << m << "x" << in << "->" << out << " into " << dtype_name(yd);
     }
     // Against the reference on the first rows and on the last 700 (the short last chunk and the
     // end of the one before): all of them would cost the sanitizer build's -O0 many seconds.
     Tensor y = Tensor::empty({m, out}, DType::kF32);
-    lin.run(x, y);
+    lin.run(x, y, &pool);
     const float* wp = w.data<float>();
     for (const int64_t r0 : {int64_t{0}, m - 700}) {
       const float* xp = x.data<float>() + r0 * k;

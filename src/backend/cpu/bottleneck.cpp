@@ -192,16 +192,17 @@ void Bottleneck::run(const Tensor& x, Tensor& y, DType act) const {
   const Amx1x1* amx3 = bf16_in ? s.conv3->amx1x1() : nullptr;
   const Amx1x1* amx_ds = bf16_in && s.downsample ? s.downsample->amx1x1() : nullptr;
   const bool amx = amx1 && amx3 && (!s.downsample || amx_ds);
-  auto run_1x1 = [&](const Conv2d& c, const Tensor& in, const Tensor* residual, Tensor& dst, int lane,
+  const Conv2d* convs[kMembers] = {s.conv1.get(), nullptr, s.conv3.get(), s.downsample.get(), nullptr};
+  const Amx1x1* kernels[kMembers] = {amx1, nullptr, amx3, amx_ds, nullptr};
+  auto run_1x1 = [&](Member m, const Tensor& in, const Tensor* residual, Tensor& dst, int lane,
                      const Tensor* spread = nullptr) {
     if (!amx) {
-      c.run(in, residual, dst, lane);
+      convs[m]->run(in, residual, dst, lane);
       return;
     }
-    const Amx1x1* kernel = &c == s.conv1.get() ? amx1 : &c == s.conv3.get() ? amx3 : amx_ds;
-    kernel->run(static_cast<const uint16_t*>(in.raw_data()), residual ? residual->raw_data() : nullptr,
-                residual ? residual->dtype() : DType::kF32, dst.raw_data(), dst.dtype(), in.numel() / in.size(3),
-                spread ? spread->raw_data() : nullptr, spread ? spread->nbytes() : 0);
+    kernels[m]->run(static_cast<const uint16_t*>(in.raw_data()), residual ? residual->raw_data() : nullptr,
+                    residual ? residual->dtype() : DType::kF32, dst.raw_data(), dst.dtype(), in.numel() / in.size(3),
+                    spread ? spread->raw_data() : nullptr, spread ? spread->nbytes() : 0);
   };
 
   std::lock_guard<std::mutex> lock(s.mu);
@@ -239,8 +240,8 @@ void Bottleneck::run(const Tensor& x, Tensor& y, DType act) const {
         band_of(b, &n, &r0, &r1);
         Tensor above = halo.slice(0, 2 * b, 2 * b + 1), below = halo.slice(0, 2 * b + 1, 2 * b + 2);
         timed(kHalo, [&] {
-          if (r0 > 0) run_1x1(*s.conv1, rows(x, n, r0 - 1, r0), nullptr, above, t);
-          if (r1 < h) run_1x1(*s.conv1, rows(x, n, r1, r1 + 1), nullptr, below, t);
+          if (r0 > 0) run_1x1(kConv1, rows(x, n, r0 - 1, r0), nullptr, above, t);
+          if (r1 < h) run_1x1(kConv1, rows(x, n, r1, r1 + 1), nullptr, below, t);
         });
       }
     } catch (...) {
@@ -264,7 +265,7 @@ void Bottleneck::run(const Tensor& x, Tensor& y, DType act) const {
         }
         timed(kConv1, [&] {
           Tensor first = t1.slice(1, 1, 2);
-          run_1x1(*s.conv1, rows(x, n, r0, r0 + 1), nullptr, first, t);
+          run_1x1(kConv1, rows(x, n, r0, r0 + 1), nullptr, first, t);
         });
         for (int64_t h0 = r0; h0 < r1;) {
           const int64_t h1 = std::min(h0 + strip, r1), m = h1 - h0;
@@ -283,7 +284,7 @@ void Bottleneck::run(const Tensor& x, Tensor& y, DType act) const {
           if (fresh > 0) {
             timed(kConv1, [&] {
               Tensor dst = t1.slice(1, 2, 2 + fresh);
-              run_1x1(*s.conv1, rows(x, n, h0 + 1, h0 + 1 + fresh), nullptr, dst, t);
+              run_1x1(kConv1, rows(x, n, h0 + 1, h0 + 1 + fresh), nullptr, dst, t);
             });
           }
           if (h1 == r1) {  // the row below the band: zero padding, or the halo from phase 1
@@ -298,15 +299,15 @@ void Bottleneck::run(const Tensor& x, Tensor& y, DType act) const {
           timed(kConv2, [&] { s.conv2_strip.run(t1.slice(1, 0, m + 2), nullptr, mid, t); });
           Tensor y_rows = rows(y, n, h0, h1);
           if (s.downsample) {
-            timed(kDownsample, [&] { run_1x1(*s.downsample, rows(x, n, h0, h1), nullptr, y_rows, t); });
+            timed(kDownsample, [&] { run_1x1(kDownsample, rows(x, n, h0, h1), nullptr, y_rows, t); });
           }
           timed(kConv3, [&] {
             const Tensor* spread = amx && next.defined() ? &next : nullptr;
             if (s.downsample || in_place) {
-              run_1x1(*s.conv3, mid, &y_rows, y_rows, t, spread);
+              run_1x1(kConv3, mid, &y_rows, y_rows, t, spread);
             } else {
               const Tensor x_rows = rows(x, n, h0, h1);
-              run_1x1(*s.conv3, mid, &x_rows, y_rows, t, spread);
+              run_1x1(kConv3, mid, &x_rows, y_rows, t, spread);
             }
           });
           // The next strip's first two rows of t1 are this strip's last two.

@@ -133,7 +133,7 @@ class CpuBackend final : public Backend {
       }
       case OpKind::linear: {
         Tensor y = rows_view(out);
-        static_cast<const cpu::Linear*>(n.prepared.get())->run(rows_view(in[0]), y);
+        static_cast<const cpu::Linear*>(n.prepared.get())->run(rows_view(in[0]), y, &pool_);
         return;
       }
       case OpKind::batched_matmul: {

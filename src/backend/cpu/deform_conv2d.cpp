@@ -187,6 +187,7 @@ struct Geometry {
 template <typename In, typename Col>
 void sample_rows(const Geometry& g, const In* x, const float* om, Col* col, int64_t p0, int64_t b, int64_t e) {
   const int64_t taps = g.kh * g.kw, row_len = taps * g.cin, hw_out = g.ho * g.wo;
+  const bool native_bf16 = avx512::has_bf16(), bw = avx512::has_bw();  // once, not per tap
   Corners<In> k;
   for (int64_t p = b; p < e; ++p) {
     const int64_t n = p / hw_out, r = p % hw_out, ho = r / g.wo, wo = r % g.wo;
@@ -202,12 +203,12 @@ void sample_rows(const Geometry& g, const In* x, const float* om, Col* col, int6
         bilinear_corners(xn, g.h, g.w, g.cin, hy, wx, k);
         const float mask = sigmoid_f(o[2 * taps + t]);
         if constexpr (std::is_same_v<In, uint16_t> && std::is_same_v<Col, uint16_t>) {
-          if (avx512::has_bf16()) {
+          if (native_bf16) {
             combine_bf16_native(k, mask, dst + t * g.cin, g.cin);
             continue;
           }
         }
-        if (avx512::has_bw()) {
+        if (bw) {
           combine_avx512(k, mask, dst + t * g.cin, g.cin);
         } else {
           combine_scalar(k, mask, dst + t * g.cin, g.cin);

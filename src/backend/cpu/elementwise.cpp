@@ -425,11 +425,12 @@ void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float 
 }
 
 static void softmax_rows(const float* x, float* y, int64_t c_len, int64_t r0, int64_t r1) {
-  if (avx512::has_f() && (c_len == 2 || c_len == 4 || c_len == 8)) {
+  const bool f = avx512::has_f();
+  if (f && (c_len == 2 || c_len == 4 || c_len == 8)) {
     softmax_pow2_rows_avx512(x, y, c_len, r0, r1);
-  } else if (avx512::has_f() && c_len < 16) {
+  } else if (f && c_len < 16) {
     softmax_narrow_rows_avx512(x, y, c_len, r0, r1);
-  } else if (avx512::has_f()) {
+  } else if (f) {
     softmax_rows_avx512(x, y, c_len, r0, r1);
   } else {
     softmax_rows_scalar(x, y, c_len, r0, r1);

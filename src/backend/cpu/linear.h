@@ -21,6 +21,7 @@
 
 #include "backend/op.h"
 #include "core/tensor.h"
+#include "core/thread_pool.h"
 
 namespace bev::cpu {
 
@@ -39,16 +40,17 @@ class Linear {
 
   // x: f32 [M, in] (or [..., in]: leading dims are flattened into M), contiguous;
   // y: f32 [M, out] (same leading dims as x), or bf16 in Precision::kBF16, preallocated,
-  // contiguous, not overlapping x.
-  void run(const Tensor& x, Tensor& y) const;
+  // contiguous, not overlapping x. pool: where a bf16 linear on a large f32 x runs its chunks (the
+  // CPU backend's OpenMP pool); without one, or with one thread, it is one oneDNN call.
+  void run(const Tensor& x, Tensor& y, ThreadPool* pool = nullptr) const;
 
   // The oneDNN implementation used for m rows, e.g. "brg:avx512_core" (for reports).
   std::string impl_name(int64_t m) const;
 
  private:
-  // bf16 precision, f32 x of m >= kChunkMinRows rows (linear.cpp): `threads` threads, each its own
-  // chunks of `rows` rows converted and multiplied in its cache. Called with the state's lock held.
-  void run_chunks(const Tensor& x, Tensor& y, int64_t m, int64_t rows, int threads, bool bf16_out) const;
+  // bf16 precision, f32 x of m >= kChunkMinRows rows (linear.cpp): the pool's participants, each
+  // its chunks of `rows` rows converted and multiplied in its cache. Called with the state's lock held.
+  void run_chunks(const Tensor& x, Tensor& y, int64_t m, int64_t rows, ThreadPool& pool, bool bf16_out) const;
 
   struct State;
   std::unique_ptr<State> state_;
