@@ -44,6 +44,8 @@ Tensor uniform(const Shape& s, uint64_t seed, float lo, float hi);
 Tensor values(const Shape& s, uint64_t seed, float scale = 1.0f, float large = 1.0f);
 // A weight with fan_in inputs: uniform with variance 1 / fan_in, so outputs stay O(1).
 Tensor weight(const Shape& s, uint64_t seed, int64_t fan_in);
+// Linear weights as host tensors in PyTorch's [out, in] layout, prepared; a bias when `bias`.
+PreparedWeights linear_weights(Ops& ops, int64_t in, int64_t out, bool relu, bool bias, uint64_t seed);
 // count indices in [0, rows), every `pad_every`-th -1 (0: none), repeats allowed.
 Tensor indices(int64_t count, int64_t rows, uint64_t seed, int pad_every);
 Tensor index_tensor(const std::vector<int64_t>& v);
@@ -108,6 +110,7 @@ void zeros_cases(CaseList& l);
 // backend_ops_cases_attn.cpp
 void sampling_locations_cases(CaseList& l);
 void msda_cases(CaseList& l);
+void deformable_attention_cases(CaseList& l);
 void head_cases(CaseList& l);  // reference_refine, bbox_denormalize
 void topk_cases(CaseList& l);
 void gather_rows_cases(CaseList& l);

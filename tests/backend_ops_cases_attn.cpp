@@ -59,7 +59,51 @@ void add_msda(CaseList& l, std::string tag, int64_t bs, int64_t lq, int64_t head
   });
 }
 
+// Deformable attention from the query: query [bs * lq, c] (bf16 with `bf16_in`), reference
+// [bs * lq, lr, r, d], value [bs, Lv, heads, hd] (bf16 with `bf16_value`).
+void add_deformable_attention(CaseList& l, std::string tag, int64_t bs, int64_t lq, int64_t c, int64_t heads, int64_t hd,
+                              SpatialShapes shapes, int64_t points, Shape ref_tail, bool per_level, bool bf16_in = false,
+                              bool bf16_value = false) {
+  l.add(std::move(tag), [=](Ops& ops, uint64_t seed) {
+    int64_t lv = 0;
+    for (const auto& [h, w] : shapes) lv += h * w;
+    const auto levels = static_cast<int64_t>(shapes.size());
+    const int64_t samples = heads * levels * points, rows = bs * lq;
+    const PreparedWeights offsets = linear_weights(ops, c, 2 * samples, false, true, seed);
+    const PreparedWeights weights = linear_weights(ops, c, samples, false, true, seed + 1);
+    const Tensor q = values({rows, c}, seed + 2, 4.0f);
+    const Tensor value = values({bs, lv, heads, hd}, seed + 3, 2.0f);
+    Shape ref_shape{rows};
+    ref_shape.insert(ref_shape.end(), ref_tail.begin(), ref_tail.end());
+    ops.deformable_attention(up(ops, bf16_in ? to_bf16(q) : q), up(ops, uniform(ref_shape, seed + 4, 0.0f, 1.0f)),
+                             up(ops, bf16_value ? to_bf16(value) : value), offsets, weights,
+                             {.spatial_shapes = shapes, .level_start = level_starts(shapes)}, per_level, "x");
+  });
+}
+
 }  // namespace
+
+void deformable_attention_cases(CaseList& l) {
+  if (l.set() == ShapeSet::kAwkward) {
+    add_deformable_attention(l, "1 of everything", 1, 1, 3, 1, 1, {{1, 1}}, 1, {1, 1, 2}, false);
+    add_deformable_attention(l, "2 levels per level, hd 17, bs 2", 2, 53, 24, 3, 17, {{5, 7}, {3, 4}}, 4, {2, 1, 2}, true);
+    add_deformable_attention(l, "3 levels, R 4, 8 heads", 3, 41, 32, 8, 32, {{6, 9}, {3, 5}, {1, 2}}, 8, {1, 4, 2}, false);
+    if (l.bf16()) {
+      add_deformable_attention(l, "bf16 query and value, D 3", 1, 77, 16, 2, 33, {{13, 11}}, 4, {1, 1, 3}, false, true,
+                               true);
+    }
+    return;
+  }
+  const Graph g = graph(l.set());
+  const int64_t b = g.bev;
+  const bool compact = l.bf16();  // the model's queries and values are bf16 in bf16 precision
+  add_deformable_attention(l, "tsa.deformable_attention", 1, g.hw, 2 * g.c, g.heads, g.hd, {{b, b}, {b, b}}, g.tsa_points,
+                           {g.queue, 1, 2}, true, compact, compact);
+  add_deformable_attention(l, "sca.deformable_attention", g.cams, g.max_len, g.c, g.heads, g.hd, g.sca_levels,
+                           g.sca_points, {1, 4, 2}, false, compact, compact);
+  add_deformable_attention(l, "dec.deformable_attention", 1, g.queries, g.c, g.heads, g.hd, {{b, b}}, g.dec_points,
+                           {1, 1, 3}, false, false, compact);
+}
 
 void sampling_locations_cases(CaseList& l) {
   if (l.set() == ShapeSet::kAwkward) {

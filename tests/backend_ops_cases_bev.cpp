@@ -26,13 +26,12 @@ Graph graph(ShapeSet s) {
   return g;
 }
 
-namespace {
-
-// Linear weights come as host tensors in PyTorch's [out, in] layout; a bias when `bias`.
 PreparedWeights linear_weights(Ops& ops, int64_t in, int64_t out, bool relu, bool bias, uint64_t seed) {
   const Tensor b = values({out}, seed + 1, 0.5f);
   return ops.prepare_linear(weight({out, in}, seed + 2, in), bias ? &b : nullptr, {.relu = relu});
 }
+
+namespace {
 
 // x_dtype and y_dtype: bf16 only in bf16 precision (the model's compact activations).
 void add_linear(CaseList& l, std::string tag, Shape x, int64_t out, bool relu = false, bool bias = true,

@@ -32,7 +32,7 @@ Tensor index_tensor(std::vector<int64_t> v) {
 
 // A small stand-in for a model stage that touches every op kind.
 struct MiniStage {
-  PreparedWeights conv_a, conv_b, conv_offset, dcn, fc1, fc2, fc3, fc4, blk1, blk2, blk3, block;
+  PreparedWeights conv_a, conv_b, conv_offset, dcn, fc1, fc2, fc3, fc4, fc5, blk1, blk2, blk3, block;
   Tensor gamma, beta, row, idx, idx_pad, idx_multi;
 
   explicit MiniStage(Ops& ops) {
@@ -55,6 +55,7 @@ struct MiniStage {
     fc2 = ops.prepare_linear(random({8, 16}, 8, 0.3f), nullptr, {});
     fc3 = ops.prepare_linear(random({4, 16}, 12, 0.3f), nullptr, {});
     fc4 = ops.prepare_linear(random({3, 16}, 13, 0.3f), nullptr, {});
+    fc5 = ops.prepare_linear(random({4, 16}, 14, 0.3f), nullptr, {});
     gamma = random({8}, 9);
     beta = random({8}, 10);
     row = random({8}, 11);
@@ -94,6 +95,8 @@ struct MiniStage {
     ma.spatial_shapes = {{18, 11}};
     ma.level_start = {0};
     Tensor att = ops.msda(value, loc, w, ma, "msda");                  // [1, 198, 8]
+    // The same sampling from h on, as one op: offsets fc2 [8 = 2 heads x 2 points x xy], weights fc5.
+    Tensor fused = ops.deformable_attention(h, ref, value, fc2, fc5, ma, /*softmax_per_level=*/false, "fused");
     // The head: refine a 3-d reference by reg [198, 8], then boxes in metres.
     Tensor reg = ops.linear(h, fc2, "reg");
     Tensor refined = ops.reference_refine(reg, ops.sigmoid(ops.linear(h, fc4)), "refine");
@@ -114,7 +117,7 @@ struct MiniStage {
     auto [top, top_idx] = ops.topk(cat.reshape({-1}), 10, "topk");
     count = ops.count_nonfinite(cat, 2, "count");  // i64: kept beside the result
     return ops.concat({top, heads.reshape({-1}).slice(0, 0, 5).contiguous(), ctx.reshape({-1}), boxes.reshape({-1}),
-                       g_pad.reshape({-1}), acc_pad.reshape({-1})},
+                       g_pad.reshape({-1}), acc_pad.reshape({-1}), fused.reshape({-1})},
                       0);
   }
 };

@@ -90,6 +90,10 @@ class Backend {
   // than conv by conv. Decorators (ForwardingBackend) forward it, so that a model run through one
   // emits the same ops; only the calibration's overrides it, to see every conv's input.
   virtual bool fuses_bottleneck(const Shape& x_nhwc, const BottleneckAttrs& attrs) const = 0;
+  // Whether this backend runs Ops::deformable_attention (the query's projections, softmax,
+  // sampling locations and msda as one op); the model runs them op by op otherwise. Decorators
+  // forward it, as fuses_bottleneck.
+  virtual bool fuses_deformable_attention() const { return false; }
 
   // Runs a recorded stage with `bindings` applied for this execution only. With `times` (a
   // profiled run) one OpTime per node is appended, in node order. The default runs node by node

@@ -37,6 +37,7 @@ class ForwardingBackend : public Backend {
   bool fuses_bottleneck(const Shape& x_nhwc, const BottleneckAttrs& attrs) const override {
     return inner_.fuses_bottleneck(x_nhwc, attrs);
   }
+  bool fuses_deformable_attention() const override { return inner_.fuses_deformable_attention(); }
   void run(const OpNode& node) override { inner_.run(node); }
   void enter_stage(const std::string& stage) override { inner_.enter_stage(stage); }
 

@@ -38,6 +38,7 @@ namespace bev {
   X(upsample_nearest_add) \
   X(sampling_locations)   \
   X(msda)                 \
+  X(deformable_attention) \
   X(reference_refine)     \
   X(bbox_denormalize)     \
   X(topk)                 \
@@ -161,6 +162,21 @@ struct MsdaAttrs {
   std::vector<int64_t> level_start;                         // first value row of each level
 };
 
+// Deformable attention from the query on (Ops::deformable_attention): the query's
+// sampling_offsets and attention_weights linears, the softmax of the weights, the sampling
+// locations and msda, as one op, so that the projections of a chunk of queries are consumed
+// while they are in cache instead of going through memory four times. The linears are the
+// model's own prepared ones (PreparedWeights::state), shared with the unfused path.
+struct DeformableAttentionAttrs {
+  MsdaAttrs msda;           // the value's levels
+  int64_t points = 0;       // sampling points per head and level
+  // The softmax's rows: the points of one level (TSA, whose two "levels" are its queue entries,
+  // each normalized on its own: spec §5.2), or all levels x points of a head (SCA, decoder).
+  bool softmax_per_level = false;
+  std::shared_ptr<const void> sampling_offsets, attention_weights;  // prepared linears
+  Shape offsets_weight_shape, weights_weight_shape;                  // their [out, in] (FLOP counts)
+};
+
 // Deformable attention's sampling locations (spec §2.9, §2.11, §2.12): per level l the offsets
 // are divided by the level's (W_l, H_l) and added to a reference point.
 struct SamplingLocationsAttrs {
@@ -194,7 +210,8 @@ struct CountNonfiniteAttrs {
 };
 
 using OpAttrs = std::variant<std::monostate, Conv2dAttrs, BottleneckAttrs, DeformConv2dAttrs, LinearAttrs, BatchedMatmulAttrs,
-                             AttentionAttrs, LayerNormAttrs, InverseSigmoidAttrs, MsdaAttrs, SamplingLocationsAttrs,
+                             AttentionAttrs, LayerNormAttrs, InverseSigmoidAttrs, MsdaAttrs, DeformableAttentionAttrs,
+                             SamplingLocationsAttrs,
                              BboxDenormalizeAttrs, TopkAttrs, ConcatAttrs, PermuteAttrs, CountNonfiniteAttrs>;
 
 struct OpNode {

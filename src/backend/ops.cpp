@@ -494,6 +494,60 @@ Tensor Ops::msda(const Tensor& value, const Tensor& locations, const Tensor& wei
                {output({locations.size(0), locations.size(1), value.size(2) * value.size(3)})}, nullptr});
 }
 
+Tensor Ops::deformable_attention(const Tensor& query, const Tensor& reference, const Tensor& value,
+                                 const PreparedWeights& sampling_offsets, const PreparedWeights& attention_weights,
+                                 const MsdaAttrs& levels, bool softmax_per_level, std::string label) {
+  const char* op = "deformable_attention";
+  expect_rank(op, label, "query", query, 2);
+  expect_rank(op, label, "reference", reference, 4);
+  expect_rank(op, label, "value", value, 4);
+  expect_float_dtype(op, label, "query", query.dtype());
+  expect_f32(op, label, "reference", reference);
+  if (value.dtype() != DType::kF32 && value.dtype() != DType::kBF16)
+    shape_error(op, label, "value is " + value.describe(), "f32 or bf16");
+  expect_prepared_by(op, label, sampling_offsets, backend_);
+  expect_prepared_by(op, label, attention_weights, backend_);
+  const auto plain_linear = [](const PreparedWeights& w) {
+    const auto* a = std::get_if<LinearAttrs>(&w.attrs);
+    return w.kind == OpKind::linear && a && !a->relu && w.weight_shape.size() == 2;
+  };
+  if (!plain_linear(sampling_offsets) || !plain_linear(attention_weights))
+    shape_error(op, label, "projections that are not plain linears", "sampling_offsets and attention_weights linears without ReLU");
+  const int64_t rows = query.size(0), c = query.size(1), bs = value.size(0), heads = value.size(2);
+  const auto n_levels = static_cast<int64_t>(levels.spatial_shapes.size());
+  const int64_t per_row = sampling_offsets.weight_shape[0] / 2;  // heads * L * P
+  if (n_levels < 1 || static_cast<int64_t>(levels.level_start.size()) != n_levels)
+    shape_error(op, label, std::to_string(n_levels) + " level(s) with " + std::to_string(levels.level_start.size()) + " start(s)",
+                "one (H, W) and one start per level, at least one level");
+  if (sampling_offsets.weight_shape[1] != c || attention_weights.weight_shape[1] != c)
+    shape_error(op, label, "query " + query.describe() + " for projections " + shape_str(sampling_offsets.weight_shape) +
+                               " and " + shape_str(attention_weights.weight_shape), "[M, in] with the projections' in");
+  if (heads < 1 || per_row < 1 || per_row % (heads * n_levels) != 0 || sampling_offsets.weight_shape[0] != 2 * per_row ||
+      attention_weights.weight_shape[0] != per_row)
+    shape_error(op, label, "projections " + shape_str(sampling_offsets.weight_shape) + " and " +
+                               shape_str(attention_weights.weight_shape) + " for value " + value.describe() + " and " +
+                               std::to_string(n_levels) + " level(s)",
+                "heads * levels * points * 2 offsets and heads * levels * points weights per query");
+  if (bs < 1 || rows % bs != 0)
+    shape_error(op, label, "query " + query.describe() + " for value " + value.describe(), "bs * Lq rows, bs = value's first extent");
+  const int64_t points = per_row / (heads * n_levels);
+  const int64_t lr = reference.size(1), r = reference.size(2);
+  if (reference.size(0) != rows || (lr != 1 && lr != n_levels) || r < 1 || points % r != 0 || reference.size(3) < 2)
+    shape_error(op, label, "reference " + reference.describe() + " for query " + query.describe(),
+                "[M, 1 or levels, R dividing " + std::to_string(points) + ", >= 2]");
+  DeformableAttentionAttrs a;
+  a.msda = levels;
+  a.points = points;
+  a.softmax_per_level = softmax_per_level;
+  a.sampling_offsets = sampling_offsets.state;
+  a.attention_weights = attention_weights.state;
+  a.offsets_weight_shape = sampling_offsets.weight_shape;
+  a.weights_weight_shape = attention_weights.weight_shape;
+  OpNode n{OpKind::deformable_attention, std::move(label), std::move(a), {query, reference, value},
+           {output({rows, heads * value.size(3)})}, nullptr};
+  return emit(std::move(n));
+}
+
 Tensor Ops::sampling_locations(const Tensor& offsets, const Tensor& reference, const SamplingLocationsAttrs& attrs,
                                std::string label) {
   const char* op = "sampling_locations";

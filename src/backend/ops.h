@@ -115,6 +115,18 @@ class Ops {
   Tensor msda(const Tensor& value, const Tensor& locations, const Tensor& weights, const MsdaAttrs& attrs,
               std::string label = {});
 
+  // The same from the query on, as one op where backend().fuses_deformable_attention() says so:
+  //   msda(value, sampling_locations(linear(query, sampling_offsets), reference),
+  //        softmax(linear(query, attention_weights)))
+  // with the results of those ops run one by one (the softmax per level or over a head's levels
+  // and points, as attrs say). query [bs * Lq, C] (f32, or bf16 when the backend runs in bf16),
+  // reference [bs * Lq, Lr, R, D] f32 (as sampling_locations'), value [bs, Lv, heads, hd];
+  // sampling_offsets: a linear C -> heads * L * P * 2, attention_weights: C -> heads * L * P,
+  // neither with ReLU -> [bs * Lq, heads * hd] f32.
+  Tensor deformable_attention(const Tensor& query, const Tensor& reference, const Tensor& value,
+                              const PreparedWeights& sampling_offsets, const PreparedWeights& attention_weights,
+                              const MsdaAttrs& levels, bool softmax_per_level, std::string label = {});
+
   // offsets [M, heads, L, P, 2], reference [M, Lr, R, D] (Lr = 1 or L, D >= 2; point p of level l
   // uses reference[m, Lr == 1 ? 0 : l, p % R, 0:2]) -> locations [M, heads, L, P, 2] =
   // reference + offset / (W_l, H_l).

@@ -11,6 +11,33 @@ void require(bool ok, const std::string& what, const std::string& expected) {
   if (!ok) throw Error(ErrorKind::kUnsupported, what).expected(expected);
 }
 
+// Deformable attention's sampling (spec §2.12): the query's sampling_offsets and
+// attention_weights, the softmax of the weights (over each level's points, or over a head's levels
+// and points), the sampling locations around `reference` and msda over `value` -> [rows, heads *
+// hd]. One op where the backend fuses them (the projections then never reach memory), the same
+// ops one by one otherwise.
+Tensor sample_values(Ops& ops, const PreparedWeights& sampling_offsets, const PreparedWeights& attention_weights,
+                     const Tensor& query, const Tensor& reference, const Tensor& value, const MsdaAttrs& levels,
+                     int64_t points, bool softmax_per_level, const std::string& label) {
+  if (ops.backend().fuses_deformable_attention()) {
+    return ops.deformable_attention(query, reference, value, sampling_offsets, attention_weights, levels,
+                                    softmax_per_level, label + ".deformable_attention");
+  }
+  const int64_t rows = query.size(0), bs = value.size(0), heads = value.size(2), lq = rows / bs;
+  const auto n_levels = static_cast<int64_t>(levels.spatial_shapes.size());
+  const Tensor offsets =
+      ops.linear(query, sampling_offsets, label + ".sampling_offsets").reshape({rows, heads, n_levels, points, 2});
+  const int64_t softmax_cols = softmax_per_level ? points : n_levels * points;
+  const Tensor weights = ops.softmax(ops.linear(query, attention_weights, label + ".attention_weights")
+                                         .reshape({rows * heads * n_levels * points / softmax_cols, softmax_cols}),
+                                     label + ".attention_softmax")
+                             .reshape({bs, lq, heads, n_levels, points});
+  SamplingLocationsAttrs la{levels.spatial_shapes};
+  const Tensor loc = ops.sampling_locations(offsets, reference, la, label + ".sampling_locations")
+                         .reshape({bs, lq, heads, n_levels, points, 2});
+  return ops.msda(value, loc, weights, levels, label + ".msda").reshape({rows, heads * value.size(3)});
+}
+
 }  // namespace
 
 DType compact_dtype(Ops& ops) {
@@ -61,22 +88,14 @@ Tensor tsa_forward(Ops& ops, const TsaWeights& w, const DeformAttnConfig& cfg, i
                                   : ops.add(x.reshape({batch, hw, c}), in.bev_pos.reshape({1, hw, c}), label + ".query")
                                         .reshape({rows, c});
   const Tensor qcat = ops.concat({in.value0, query}, 1, label + ".query_cat", compact_dtype(ops));
-  const Tensor offsets =
-      ops.linear(qcat, w.sampling_offsets, label + ".sampling_offsets").reshape({rows, heads, queue, points, 2});
-  // Softmax over the points of each queue entry separately (spec §5.2).
-  const Tensor weights = ops.softmax(ops.linear(qcat, w.attention_weights, label + ".attention_weights")
-                                         .reshape({rows * heads * queue, points}),
-                                     label + ".attention_softmax")
-                             .reshape({batch, hw, heads, queue, points});
-  SamplingLocationsAttrs la;
-  la.spatial_shapes.assign(static_cast<size_t>(queue), {in.bev_h, in.bev_w});
-  const Tensor loc = ops.sampling_locations(offsets, in.reference, la, label + ".sampling_locations")
-                         .reshape({batch, hw, heads, queue, points, 2});
+  // The two queue entries are two levels of the BEV's shape; the softmax runs over the points of
+  // each queue entry separately (spec §5.2).
   MsdaAttrs ma;
-  ma.spatial_shapes = la.spatial_shapes;
+  ma.spatial_shapes.assign(static_cast<size_t>(queue), {in.bev_h, in.bev_w});
   for (int64_t q = 0; q < queue; ++q) ma.level_start.push_back(q * hw);
   // The queue mean's 1/2 is in output_proj's weight (load_tsa).
-  const Tensor summed = ops.msda(value, loc, weights, ma, label + ".msda").reshape({rows, c});
+  const Tensor summed = sample_values(ops, w.sampling_offsets, w.attention_weights, qcat, in.reference, value, ma, points,
+                                      /*softmax_per_level=*/true, label);
   return ops.add(x, ops.linear(summed, w.output_proj, label + ".output_proj"), label);
 }
 
@@ -90,22 +109,11 @@ ScaWeights load_sca(Ops& ops, const WeightSource& w, const std::string& p) {
 
 Tensor sca_forward(Ops& ops, const ScaWeights& w, const DeformAttnConfig& cfg, const Tensor& x, const ScaInputs& in,
                    const std::string& label) {
-  const int64_t hw = x.size(0), c = x.size(1), heads = cfg.num_heads, levels = cfg.num_levels,
-                points = cfg.num_points;
-  const int64_t cams = in.value.size(0), slots_total = in.query_index.size(0), max_len = slots_total / cams;
+  const int64_t hw = x.size(0), c = x.size(1), points = cfg.num_points;
   // Rebatch: each camera's visible BEV cells, padded with zero queries (spec §2.9).
   const Tensor queries = ops.gather_rows(x, in.query_index, label + ".rebatch", compact_dtype(ops));
-  const Tensor offsets = ops.linear(queries, w.sampling_offsets, label + ".sampling_offsets")
-                             .reshape({slots_total, heads, levels, points, 2});
-  const Tensor weights = ops.softmax(ops.linear(queries, w.attention_weights, label + ".attention_weights")
-                                         .reshape({slots_total * heads, levels * points}),
-                                     label + ".attention_softmax")
-                             .reshape({cams, max_len, heads, levels, points});
-  SamplingLocationsAttrs la{in.spatial_shapes};
-  const Tensor loc = ops.sampling_locations(offsets, in.reference, la, label + ".sampling_locations")
-                         .reshape({cams, max_len, heads, levels, points, 2});
-  const Tensor sampled = ops.msda(in.value, loc, weights, {in.spatial_shapes, in.level_start}, label + ".msda")
-                             .reshape({slots_total, c});
+  const Tensor sampled = sample_values(ops, w.sampling_offsets, w.attention_weights, queries, in.reference, in.value,
+                                      {in.spatial_shapes, in.level_start}, points, /*softmax_per_level=*/false, label);
   Tensor slots = ops.zeros({hw, c}, label + ".slots");
   slots = ops.scatter_add_rows(sampled, in.query_index, slots, label + ".scatter");
   slots = ops.mul(slots, in.inv_count, label + ".count_mean");
@@ -151,22 +159,15 @@ Tensor decoder_cross_forward(Ops& ops, const DecoderCrossWeights& w, const Defor
                              const std::string& label, int64_t batch) {
   require(cfg.num_levels == 1, "decoder cross-attention with " + std::to_string(cfg.num_levels) + " levels",
           "1 (the BEV is one level)");
-  const int64_t rows = x.size(0), q_len = rows / batch, c = x.size(1), heads = cfg.num_heads, points = cfg.num_points;
+  const int64_t rows = x.size(0), q_len = rows / batch, c = x.size(1), points = cfg.num_points;
   const Tensor query = batch == 1 ? ops.add(x, pos, label + ".query")
                                   : ops.add(x.reshape({batch, q_len, c}), pos.reshape({1, q_len, c}), label + ".query")
                                         .reshape({rows, c});
-  const Tensor offsets =
-      ops.linear(query, w.sampling_offsets, label + ".sampling_offsets").reshape({rows, heads, 1, points, 2});
-  const Tensor weights = ops.softmax(ops.linear(query, w.attention_weights, label + ".attention_weights")
-                                         .reshape({rows * heads, points}),
-                                     label + ".attention_softmax")
-                             .reshape({batch, q_len, heads, 1, points});
-  SamplingLocationsAttrs la;
-  la.spatial_shapes = {{bev_h, bev_w}};
-  const Tensor loc = ops.sampling_locations(offsets, reference.reshape({rows, 1, 1, 3}), la,
-                                            label + ".sampling_locations")
-                         .reshape({batch, q_len, heads, 1, points, 2});
-  const Tensor out = ops.msda(value, loc, weights, {la.spatial_shapes, {0}}, label + ".msda").reshape({rows, c});
+  MsdaAttrs levels;
+  levels.spatial_shapes = {{bev_h, bev_w}};
+  levels.level_start = {0};
+  const Tensor out = sample_values(ops, w.sampling_offsets, w.attention_weights, query, reference.reshape({rows, 1, 1, 3}),
+                                   value, levels, points, /*softmax_per_level=*/false, label);
   return ops.add(x, ops.linear(out, w.output_proj, label + ".output_proj"), label);
 }
 

@@ -134,6 +134,7 @@ double flops_per_output_element(OpKind kind) {
     case OpKind::batched_matmul:
     case OpKind::attention:
     case OpKind::msda:
+    case OpKind::deformable_attention:
     case OpKind::scatter_add_rows:
     case OpKind::bbox_denormalize:
     case OpKind::zeros:
@@ -187,6 +188,15 @@ double op_flops(const OpNode& n) {
       const double samples = numel(n.inputs[1]) / 2;
       return 8 * samples * static_cast<double>(n.inputs[0].size(3));
     }
+    case OpKind::deformable_attention: {  // the two linears, softmax, locations, msda's corners
+      const auto* a = std::get_if<DeformableAttentionAttrs>(&n.attrs);
+      if (!a || a->offsets_weight_shape.size() != 2 || n.inputs.size() < 3) return 0;
+      const double rows = static_cast<double>(n.inputs[0].size(0));
+      const double samples = static_cast<double>(a->weights_weight_shape[0]);
+      const double in = static_cast<double>(a->offsets_weight_shape[1]);
+      return 2 * rows * in * 3 * samples + flops_per_output_element(OpKind::softmax) * rows * samples +
+             2 * 2 * rows * samples + 8 * rows * samples * static_cast<double>(n.inputs[2].size(3));
+    }
     case OpKind::scatter_add_rows:
       return numel(n.inputs[0]);
     case OpKind::bbox_denormalize:  // 3 of `code` channels: x * scale + offset
@@ -229,6 +239,16 @@ double op_bytes(const OpNode& n, Precision precision) {
       const double corner_bytes =
           4 * samples * static_cast<double>(n.inputs[0].size(3)) * static_cast<double>(dtype_size(n.inputs[0].dtype()));
       return corner_bytes + nbytes(n.inputs[1]) + nbytes(n.inputs[2]) + out;
+    }
+    case OpKind::deformable_attention: {  // query, reference, the corners gathered (as msda), output, weights
+      const auto* a = std::get_if<DeformableAttentionAttrs>(&n.attrs);
+      if (!a || n.inputs.size() < 3) return in + out;
+      const double samples = static_cast<double>(n.inputs[0].size(0)) * static_cast<double>(a->weights_weight_shape[0]);
+      const double corner_bytes = 4 * samples * static_cast<double>(n.inputs[2].size(3)) *
+                                  static_cast<double>(dtype_size(n.inputs[2].dtype()));
+      const double w = (product(a->offsets_weight_shape) + product(a->weights_weight_shape)) * weight_element +
+                       static_cast<double>(a->offsets_weight_shape[0] + a->weights_weight_shape[0]) * 4;
+      return nbytes(n.inputs[0]) + nbytes(n.inputs[1]) + corner_bytes + out + w;
     }
     case OpKind::gather_rows:  // the index, the rows read (in src's dtype), the rows written
       return nbytes(n.inputs[1]) + out + numel(n.outputs[0]) * static_cast<double>(dtype_size(n.inputs[0].dtype()));

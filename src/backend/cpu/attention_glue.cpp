@@ -80,6 +80,15 @@ void sampling_locations(const Tensor& offsets, const Tensor& reference,
   const float* offp = offsets.data<float>();
   const float* rp = reference.data<float>();
   float* yp = out.data<float>();
+  for_rows(pool, m_len, heads * levels * points * 2, [&](int64_t m0, int64_t m1) {
+    sampling_locations_rows(offp, rp, lr, r_len, d_len, heads, points, spatial_shapes, yp, m0, m1);
+  });
+}
+
+void sampling_locations_rows(const float* offp, const float* rp, int64_t lr, int64_t r_len, int64_t d_len, int64_t heads,
+                             int64_t points, const std::vector<std::pair<int64_t, int64_t>>& spatial_shapes, float* yp,
+                             int64_t m0, int64_t m1) {
+  const auto levels = static_cast<int64_t>(spatial_shapes.size());
   const int64_t per_head = levels * points * 2, row = heads * per_head;
   // Every head of a row m shares one pattern over its (level, point, xy) block: divisors (W_l, H_l)
   // and reference points. Built once per row (the divisors once per call), the heads' blocks are
@@ -102,44 +111,42 @@ void sampling_locations(const Tensor& offsets, const Tensor& reference,
       }
     }
   }
-  for_rows(pool, m_len, row, [&](int64_t m0, int64_t m1) {
-    for (int64_t m = m0; m < m1; ++m) {
-      const float* ref_m = rp + m * lr * r_len * d_len;
-      if (blocked) {
-        float ref_row[kMaxBlock];
-        for (int64_t l = 0; l < levels; ++l) {
-          const float* ref_l = ref_m + (lr == 1 ? 0 : l) * r_len * d_len;
-          for (int64_t p = 0; p < points; ++p) {
-            ref_row[(l * points + p) * 2] = ref_l[(p % r_len) * d_len];
-            ref_row[(l * points + p) * 2 + 1] = ref_l[(p % r_len) * d_len + 1];
-          }
+  for (int64_t m = m0; m < m1; ++m) {
+    const float* ref_m = rp + m * lr * r_len * d_len;
+    if (blocked) {
+      float ref_row[kMaxBlock];
+      for (int64_t l = 0; l < levels; ++l) {
+        const float* ref_l = ref_m + (lr == 1 ? 0 : l) * r_len * d_len;
+        for (int64_t p = 0; p < points; ++p) {
+          ref_row[(l * points + p) * 2] = ref_l[(p % r_len) * d_len];
+          ref_row[(l * points + p) * 2 + 1] = ref_l[(p % r_len) * d_len + 1];
         }
-        for (int64_t h = 0; h < heads; ++h) {
-          const float* o = offp + m * row + h * per_head;
-          float* y = yp + m * row + h * per_head;  // may be o (in place): elementwise, so fine
-          for (int64_t i = 0; i < per_head; ++i) y[i] = ref_row[i] + o[i] / divisor[i];
-        }
-        continue;
       }
       for (int64_t h = 0; h < heads; ++h) {
-        for (int64_t l = 0; l < levels; ++l) {
-          const float* ref_l = ref_m + (lr == 1 ? 0 : l) * r_len * d_len;
-          const float w = static_cast<float>(spatial_shapes[static_cast<size_t>(l)].second);
-          const float hh = static_cast<float>(spatial_shapes[static_cast<size_t>(l)].first);
-          const int64_t base = ((m * heads + h) * levels + l) * points * 2;
-          const float* o = offp + base;
-          float* y = yp + base;
-          for (int64_t p = 0; p < points; ++p) {
-            const float* ref = ref_l + (p % r_len) * d_len;
-            const float ox = o[2 * p] / w;
-            const float oy = o[2 * p + 1] / hh;
-            y[2 * p] = ref[0] + ox;
-            y[2 * p + 1] = ref[1] + oy;
-          }
+        const float* o = offp + m * row + h * per_head;
+        float* y = yp + m * row + h * per_head;  // may be o (in place): elementwise, so fine
+        for (int64_t i = 0; i < per_head; ++i) y[i] = ref_row[i] + o[i] / divisor[i];
+      }
+      continue;
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t l = 0; l < levels; ++l) {
+        const float* ref_l = ref_m + (lr == 1 ? 0 : l) * r_len * d_len;
+        const float w = static_cast<float>(spatial_shapes[static_cast<size_t>(l)].second);
+        const float hh = static_cast<float>(spatial_shapes[static_cast<size_t>(l)].first);
+        const int64_t base = ((m * heads + h) * levels + l) * points * 2;
+        const float* o = offp + base;
+        float* y = yp + base;
+        for (int64_t p = 0; p < points; ++p) {
+          const float* ref = ref_l + (p % r_len) * d_len;
+          const float ox = o[2 * p] / w;
+          const float oy = o[2 * p + 1] / hh;
+          y[2 * p] = ref[0] + ox;
+          y[2 * p + 1] = ref[1] + oy;
         }
       }
     }
-  });
+  }
 }
 
 void reference_refine(const Tensor& reg, const Tensor& reference, Tensor& out, ThreadPool* pool) {

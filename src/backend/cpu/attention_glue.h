@@ -31,6 +31,13 @@ void sampling_locations(const Tensor& offsets, const Tensor& reference,
                         const std::vector<std::pair<int64_t, int64_t>>& spatial_shapes, Tensor& out,
                         ThreadPool* pool = nullptr);
 
+// The same over rows [m0, m1) of raw contiguous tensors (offsets and out [M, heads, L, P, 2],
+// reference [M, lr, r_len, d_len]), unchecked, on the calling thread: for ops that make the
+// offsets of a chunk of rows themselves (cpu::deformable_attention). Same bits.
+void sampling_locations_rows(const float* offsets, const float* reference, int64_t lr, int64_t r_len, int64_t d_len,
+                             int64_t heads, int64_t points, const std::vector<std::pair<int64_t, int64_t>>& spatial_shapes,
+                             float* out, int64_t m0, int64_t m1);
+
 // The decoder's box refinement (spec §2.11; upstream `new_reference_points[..., :2] = tmp[..., :2]
 // + inverse_sigmoid(reference_points[..., :2])`, `[..., 2:3] = tmp[..., 4:5] + inverse_sigmoid(
 // reference_points[..., 2:3])`, then `.sigmoid()`):

@@ -11,6 +11,7 @@
 #include "backend/cpu/bottleneck.h"
 #include "backend/cpu/conv2d.h"
 #include "backend/cpu/deform_conv2d.h"
+#include "backend/cpu/deformable_attention.h"
 #include "backend/cpu/elementwise.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/msda.h"
@@ -105,6 +106,10 @@ class CpuBackend final : public Backend {
         throw Error(ErrorKind::kInternal, std::string("op ") + op_name(kind) + " has no weights to prepare");
     }
   }
+
+  // Always: base bf16's SCA 118 -> 104 ms a layer, TSA 28 -> 23 ms (docs/PERF.md); tiny's
+  // projections sit in cache either way and take the same time.
+  bool fuses_deformable_attention() const override { return true; }
 
   bool fuses_bottleneck(const Shape& x_nhwc, const BottleneckAttrs& a) const override {
     if (a.weight_shapes.size() < 3) return false;
@@ -207,6 +212,11 @@ class CpuBackend final : public Backend {
         const auto& a = std::get<MsdaAttrs>(n.attrs);
         Tensor y = out;
         cpu::msda(in[0], a.spatial_shapes, a.level_start, in[1], in[2], y, pool_);
+        return;
+      }
+      case OpKind::deformable_attention: {
+        Tensor y = out;
+        cpu::deformable_attention(in[0], in[1], in[2], std::get<DeformableAttentionAttrs>(n.attrs), y, pool_);
         return;
       }
       case OpKind::sampling_locations: {

@@ -424,7 +424,7 @@ void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float 
   });
 }
 
-static void softmax_rows(const float* x, float* y, int64_t c_len, int64_t r0, int64_t r1) {
+void softmax_rows(const float* x, float* y, int64_t c_len, int64_t r0, int64_t r1) {
   const bool f = avx512::has_f();
   if (f && (c_len == 2 || c_len == 4 || c_len == 8)) {
     softmax_pow2_rows_avx512(x, y, c_len, r0, r1);

@@ -32,6 +32,9 @@ void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float 
 // Softmax over the last dim: exp(x - max) / sum, the sum in f32, then multiplied by 1/sum as
 // PyTorch's CPU kernel does. A row of all -inf gives NaN (as PyTorch). In place allowed.
 void softmax(const Tensor& x, Tensor& y, ThreadPool* pool = nullptr);
+// softmax over rows [r0, r1) of a contiguous [rows, c_len] (y may be x), on the calling thread:
+// the kernel softmax runs on each chunk of its pool.
+void softmax_rows(const float* x, float* y, int64_t c_len, int64_t r0, int64_t r1);
 // softmax without its division, for ops that divide later (attention divides its context rows,
 // hd values, instead of its probabilities, K values): each row's exp(x - max) in place in x, or
 // rounded to bf16 into y_bf16 when that is not null, and the sum of the row's exponentials (in

@@ -247,6 +247,46 @@ void Linear::run_chunks(const Tensor& x, Tensor& y, int64_t m, int64_t rows, Thr
   });
 }
 
+Linear::RowRunner::RowRunner(const Linear& linear, bool bf16_in, int64_t chunk_rows, int64_t last_rows, int lanes)
+    : s_(*linear.state_), lock_(linear.state_->mu), bf16_in_(bf16_in), rows_{chunk_rows, last_rows} {
+  if (bf16_in && s_.precision != Precision::kBF16)
+    invalid("cpu::Linear", "bf16 rows for a linear in " + std::string(precision_name(s_.precision)), "f32 rows");
+  for (int i = 0; i < 2; ++i) {
+    if (rows_[i] < 1) invalid("cpu::Linear", "chunk of " + std::to_string(rows_[i]) + " rows", "at least one row");
+    State::Plan& p = s_.plan_for(rows_[i], bf16_in, false);
+    while (static_cast<int>(p.lanes.size()) < lanes) {
+      p.lanes.push_back({unbound(p.src_f32_md), unbound(p.pd.src_desc()), unbound(p.dst_md),
+                         dnnl::memory(p.pd.scratchpad_desc(), engine())});
+    }
+    plans_[i] = &p;
+  }
+}
+
+void Linear::RowRunner::run(const void* x, int64_t rows, float* y, int lane) const {
+  const int i = rows == rows_[0] ? 0 : rows == rows_[1] ? 1 : -1;
+  if (i < 0) throw Error(ErrorKind::kInternal, "chunk of " + std::to_string(rows) + " rows was not announced").where("cpu::Linear");
+  State::Plan& p = *static_cast<State::Plan*>(plans_[i]);
+  State::Plan::Lane& l = p.lanes.at(static_cast<size_t>(lane));
+  dnnl::stream& st = stream();
+  l.dst.set_data_handle(y);
+  dnnl_memory_t src = nullptr;
+  if (bf16_in_) {
+    // The plan's source is the bf16 rows as they lie (the lane's src_bf16 has its descriptor).
+    l.src_bf16.set_data_handle(const_cast<void*>(x));
+    src = l.src_bf16.get();
+  } else if (s_.precision == Precision::kBF16) {
+    l.src.set_data_handle(const_cast<void*>(x));
+    bind_conversion_scratch(l.src_bf16, 0);
+    execute_reorder(p.src_to_bf16, st, l.src, l.src_bf16);
+    src = l.src_bf16.get();
+  } else {
+    l.src.set_data_handle(const_cast<void*>(x));
+    src = l.src.get();
+  }
+  run_matmul(p, st, src, p.weights.get(), s_.bias ? s_.bias.get() : nullptr, l.dst.get(), l.scratchpad.get());
+  st.wait();
+}
+
 // ---- batched_matmul ----
 
 namespace {

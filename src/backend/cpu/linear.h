@@ -17,6 +17,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "backend/op.h"
@@ -28,6 +29,8 @@ namespace bev::cpu {
 using bev::Precision;
 
 class Linear {
+  struct State;
+
  public:
   // weight_out_in: f32 [out, in]; bias: f32 [out] or null.
   Linear(const Tensor& weight_out_in, const Tensor* bias, bool relu, Precision precision);
@@ -47,12 +50,32 @@ class Linear {
   // The oneDNN implementation used for m rows, e.g. "brg:avx512_core" (for reports).
   std::string impl_name(int64_t m) const;
 
+  // This linear on chunks of rows from inside another op's parallel region (a fused op that
+  // consumes the f32 output while it is in cache: cpu::deformable_attention). Made once per call
+  // outside the region: it holds the linear's lock for its life and makes the primitives for the
+  // two chunk lengths the op uses (its chunks and its last one); run() is then called by each
+  // pool participant (`lane` below `lanes`) on its own rows. x rows are bf16 when `bf16_in` (bf16
+  // precision), else f32. A row's sums are those of run() over all rows at once (oneDNN's matmul
+  // computes a row alike for every M: the tests compare the bits). Allocates nothing once the
+  // primitives exist (a replayed plan's calls).
+  class RowRunner {
+   public:
+    RowRunner(const Linear& linear, bool bf16_in, int64_t chunk_rows, int64_t last_rows, int lanes);
+    void run(const void* x, int64_t rows, float* y, int lane) const;
+
+   private:
+    State& s_;
+    std::unique_lock<std::mutex> lock_;
+    bool bf16_in_;
+    int64_t rows_[2] = {0, 0};
+    void* plans_[2] = {nullptr, nullptr};  // the State::Plan of each chunk length
+  };
+
  private:
   // bf16 precision, f32 x of m >= kChunkMinRows rows (linear.cpp): the pool's participants, each
   // its chunks of `rows` rows converted and multiplied in its cache. Called with the state's lock held.
   void run_chunks(const Tensor& x, Tensor& y, int64_t m, int64_t rows, ThreadPool& pool, bool bf16_out) const;
 
-  struct State;
   std::unique_ptr<State> state_;
 };
 

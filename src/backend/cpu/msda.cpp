@@ -35,18 +35,15 @@ void check_f32_cpu(const char* who, const char* what, const Tensor& t) {
 // empty tensors made by Tensor::empty, since their strides skip the zero extent.)
 bool dense(const Tensor& t) { return t.numel() == 0 || t.is_contiguous(); }
 
-// Checks every input against the others and returns the plan (tables not yet built). `out` is
-// allocated when undefined and checked otherwise.
-KernelArgs check(const char* who, const Tensor& value, const SpatialShapes& shapes, const std::vector<int64_t>& level_start,
-           const Tensor& loc, const Tensor& attn, Tensor& out) {
+// Checks value against the levels and fills the plan's value fields.
+KernelArgs check_value(const char* who, const Tensor& value, const SpatialShapes& shapes,
+                       const std::vector<int64_t>& level_start) {
   if (value.defined() && value.dtype() == DType::kBF16) {
     if (value.device() != Device::kCpu)
       throw Error(ErrorKind::kInvalidInput, std::string("value is on ") + device_name(value.device())).where(who).expected("a host tensor");
   } else {
     check_f32_cpu(who, "value", value);
   }
-  check_f32_cpu(who, "sampling_locations", loc);
-  check_f32_cpu(who, "attention_weights", attn);
   if (value.dim() != 4) bad_shape(who, "value", value, "[bs, Lv, heads, head_dim]");
   KernelArgs p;
   p.bs = value.size(0);
@@ -79,24 +76,6 @@ KernelArgs check(const char* who, const Tensor& value, const SpatialShapes& shap
       throw Error(ErrorKind::kUnsupported, "value has more than 2^30 rows over the levels").where(who).hint("rows are indexed with int32");
   }
   if (p.lv != total) bad_shape(who, "value", value, "Lv = " + std::to_string(total) + ", the sum of H*W over spatial_shapes");
-  if (loc.dim() != 6 || loc.size(0) != p.bs || loc.size(2) != p.heads || loc.size(3) != p.levels || loc.size(4) < 1 ||
-      loc.size(5) != 2)
-    bad_shape(who, "sampling_locations", loc,
-              "[bs=" + std::to_string(p.bs) + ", Lq, heads=" + std::to_string(p.heads) + ", levels=" + std::to_string(p.levels) +
-                  ", points >= 1, 2]");
-  p.lq = loc.size(1);
-  p.points = loc.size(4);
-  const Shape attn_shape{p.bs, p.lq, p.heads, p.levels, p.points};
-  if (attn.shape() != attn_shape) bad_shape(who, "attention_weights", attn, shape_str(attn_shape));
-  if (!dense(loc)) bad_shape(who, "sampling_locations", loc, "a contiguous tensor");
-  if (!dense(attn)) bad_shape(who, "attention_weights", attn, "a contiguous tensor");
-  const Shape out_shape{p.bs, p.lq, p.heads * p.hd};
-  if (!out.defined()) out = Tensor::empty(out_shape, DType::kF32);
-  check_f32_cpu(who, "out", out);
-  if (out.shape() != out_shape || !dense(out)) bad_shape(who, "out", out, "contiguous " + shape_str(out_shape));
-
-  p.samples = p.heads * p.levels * p.points;
-  p.samples_padded = (p.samples + 15) / 16 * 16;
   if (value.dtype() == DType::kBF16)
     p.value_bf16 = static_cast<const uint16_t*>(value.raw_data());
   else
@@ -108,6 +87,46 @@ KernelArgs check(const char* who, const Tensor& value, const SpatialShapes& shap
   const auto on_line = [elem](int64_t elements) { return elements * elem % 64 == 0; };
   p.rows_line_aligned = reinterpret_cast<uintptr_t>(value.raw_data()) % 64 == 0 && on_line(p.value_stride_b) &&
                         on_line(p.value_stride_row) && on_line(p.value_stride_h);
+  return p;
+}
+
+// out [bs, Lq, heads * hd] f32, contiguous: allocated when undefined, checked otherwise.
+void check_out(const char* who, const KernelArgs& p, Tensor& out) {
+  const Shape out_shape{p.bs, p.lq, p.heads * p.hd};
+  if (!out.defined()) out = Tensor::empty(out_shape, DType::kF32);
+  check_f32_cpu(who, "out", out);
+  if (out.shape() != out_shape || !dense(out)) bad_shape(who, "out", out, "contiguous " + shape_str(out_shape));
+}
+
+// Whether the AVX-512 path prefetches: 8 MiB (measured, docs/PERF.md): tiny's maps (2.5 MB at
+// most) lose with prefetching, base's (31-41 MB) gain.
+bool wants_prefetch(const KernelArgs& p, MsdaPrefetch prefetch) {
+  const double batch_bytes = static_cast<double>(p.lv) * static_cast<double>(p.heads * p.hd) *
+                             static_cast<double>(p.value_bf16 ? sizeof(uint16_t) : sizeof(float));
+  return prefetch == MsdaPrefetch::kOn || (prefetch == MsdaPrefetch::kAuto && batch_bytes >= kMsdaPrefetchBytes);
+}
+
+// Checks every input against the others and returns the plan (tables not yet built). `out` is
+// allocated when undefined and checked otherwise.
+KernelArgs check(const char* who, const Tensor& value, const SpatialShapes& shapes, const std::vector<int64_t>& level_start,
+           const Tensor& loc, const Tensor& attn, Tensor& out) {
+  KernelArgs p = check_value(who, value, shapes, level_start);
+  check_f32_cpu(who, "sampling_locations", loc);
+  check_f32_cpu(who, "attention_weights", attn);
+  if (loc.dim() != 6 || loc.size(0) != p.bs || loc.size(2) != p.heads || loc.size(3) != p.levels || loc.size(4) < 1 ||
+      loc.size(5) != 2)
+    bad_shape(who, "sampling_locations", loc,
+              "[bs=" + std::to_string(p.bs) + ", Lq, heads=" + std::to_string(p.heads) + ", levels=" + std::to_string(p.levels) +
+                  ", points >= 1, 2]");
+  p.lq = loc.size(1);
+  p.points = loc.size(4);
+  const Shape attn_shape{p.bs, p.lq, p.heads, p.levels, p.points};
+  if (attn.shape() != attn_shape) bad_shape(who, "attention_weights", attn, shape_str(attn_shape));
+  if (!dense(loc)) bad_shape(who, "sampling_locations", loc, "a contiguous tensor");
+  if (!dense(attn)) bad_shape(who, "attention_weights", attn, "a contiguous tensor");
+  check_out(who, p, out);
+  p.samples = p.heads * p.levels * p.points;
+  p.samples_padded = (p.samples + 15) / 16 * 16;
   p.loc = loc.data<float>();
   p.attn = attn.data<float>();
   p.out = out.data<float>();
@@ -426,12 +445,65 @@ void msda_with_isa(MsdaIsa isa, const Tensor& value, const SpatialShapes& spatia
   KernelArgs p = check("msda", value, spatial_shapes, level_start, sampling_locations, attention_weights, out);
   const Workspace ws(p.samples_padded, pool.size());
   build_tables(p, ws, spatial_shapes, level_start);
-  // 8 MiB (measured, docs/PERF.md): tiny's maps (2.5 MB at most) lose with prefetching, base's
-  // (31-41 MB) gain.
-  const double batch_bytes =
-      static_cast<double>(p.lv) * static_cast<double>(p.heads * p.hd) * static_cast<double>(dtype_size(value.dtype()));
-  p.prefetch = prefetch == MsdaPrefetch::kOn || (prefetch == MsdaPrefetch::kAuto && batch_bytes >= kMsdaPrefetchBytes);
+  p.prefetch = wants_prefetch(p, prefetch);
   dispatch(isa, p, ws, pool);
+}
+
+// ---- MsdaChunks ----
+
+MsdaChunks::MsdaChunks(const Tensor& value, const SpatialShapes& spatial_shapes, const std::vector<int64_t>& level_start,
+                       int64_t lq, int64_t points, Tensor& out, int participants)
+    : isa_(msda_best_isa()) {
+  const char* who = "deformable_attention";
+  args_ = check_value(who, value, spatial_shapes, level_start);
+  if (lq < 0 || points < 1) {
+    throw Error(ErrorKind::kInvalidInput, std::to_string(lq) + " queries of " + std::to_string(points) + " points")
+        .where(who)
+        .expected("Lq >= 0 and points >= 1");
+  }
+  args_.lq = lq;
+  args_.points = points;
+  check_out(who, args_, out);
+  args_.samples = args_.heads * args_.levels * args_.points;
+  args_.samples_padded = (args_.samples + 15) / 16 * 16;
+  args_.out = out.data<float>();
+  const Workspace ws(args_.samples_padded, participants);
+  build_tables(args_, ws, spatial_shapes, level_start);
+  args_.prefetch = wants_prefetch(args_, MsdaPrefetch::kAuto);
+  // The calling thread's list, which only grows: a replayed call allocates nothing.
+  thread_local std::vector<Corners> corners;
+  if (corners.size() < static_cast<size_t>(2 * participants)) corners.resize(static_cast<size_t>(2 * participants));
+  for (int i = 0; i < participants; ++i) {
+    corners[static_cast<size_t>(2 * i)] = ws.corners(i, 0);
+    corners[static_cast<size_t>(2 * i + 1)] = ws.corners(i, 1);
+  }
+  corners_ = corners.data();
+  participants_ = participants;
+}
+
+void MsdaChunks::run(int64_t begin, int64_t end, const float* loc, const float* attn, int participant) const {
+  if (participant < 0 || participant >= participants_)
+    throw Error(ErrorKind::kInternal, "participant " + std::to_string(participant) + " of " + std::to_string(participants_))
+        .where("deformable_attention");
+  Corners c = corners_[2 * participant], next = corners_[2 * participant + 1];
+  // The kernels index value by bq / Lq: each batch's part of the range runs as a batch of its own.
+  for (int64_t s0 = begin; s0 < end;) {
+    const int64_t b = s0 / args_.lq, s1 = std::min(end, (b + 1) * args_.lq);
+    KernelArgs p = args_;
+    p.bs = 1;
+    p.lq = s1 - s0;
+    if (p.value_bf16) p.value_bf16 += b * p.value_stride_b;
+    if (p.value) p.value += b * p.value_stride_b;
+    p.loc = loc + (s0 - begin) * p.samples * 2;
+    p.attn = attn + (s0 - begin) * p.samples;
+    p.out = args_.out + s0 * p.heads * p.hd;
+    switch (isa_) {
+      case MsdaIsa::kScalar: msda_detail::run_scalar(p, c, 0, p.lq); break;
+      case MsdaIsa::kAvx2: msda_detail::run_avx2(p, c, 0, p.lq); break;
+      case MsdaIsa::kAvx512: msda_detail::run_avx512(p, c, next, 0, p.lq); break;
+    }
+    s0 = s1;
+  }
 }
 
 void msda(const Tensor& value, const SpatialShapes& spatial_shapes, const std::vector<int64_t>& level_start,

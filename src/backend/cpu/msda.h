@@ -109,4 +109,25 @@ void run_avx2(const KernelArgs& args, Corners& c, int64_t begin, int64_t end);
 void run_avx512(const KernelArgs& args, Corners& c, Corners& next, int64_t begin, int64_t end);
 
 }  // namespace msda_detail
+// msda's kernel for an op that makes the locations and weights of each chunk of queries itself
+// (cpu::DeformableAttention): made once per call on the calling thread (value and out checked,
+// the tables built into its workspace, the ISA and prefetching chosen as msda chooses them), then
+// run() by each pool participant on queries [begin, end) of the flattened (b, q) range, whose
+// locations [end - begin, heads, L, P, 2] and weights [end - begin, heads, L, P] lie at loc and
+// attn. out [bs, Lq, heads * hd] gets those queries' rows, the bits msda gives them. Lives no
+// longer than the call: the workspace is the calling thread's (no other msda on it meanwhile).
+class MsdaChunks {
+ public:
+  MsdaChunks(const Tensor& value, const SpatialShapes& spatial_shapes, const std::vector<int64_t>& level_start,
+             int64_t lq, int64_t points, Tensor& out, int participants);
+  int64_t samples() const { return args_.samples; }  // heads * L * P per query
+  void run(int64_t begin, int64_t end, const float* loc, const float* attn, int participant) const;
+
+ private:
+  msda_detail::KernelArgs args_;
+  MsdaIsa isa_;
+  const msda_detail::Corners* corners_ = nullptr;  // two per participant (the calling thread's)
+  int participants_ = 0;
+};
+
 }  // namespace bev::cpu

@@ -64,6 +64,7 @@ class ForeignBackend final : public Backend {
   bool fuses_bottleneck(const Shape& x_nhwc, const BottleneckAttrs& attrs) const override {
     return cpu_->fuses_bottleneck(x_nhwc, attrs);
   }
+  bool fuses_deformable_attention() const override { return cpu_->fuses_deformable_attention(); }
 
   void run(const OpNode& node) override {
     OpNode host = node;
