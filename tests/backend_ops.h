@@ -115,6 +115,7 @@ void head_cases(CaseList& l);  // reference_refine, bbox_denormalize
 void topk_cases(CaseList& l);
 void gather_rows_cases(CaseList& l);
 void scatter_add_rows_cases(CaseList& l);
+void scatter_mean_rows_cases(CaseList& l);
 void concat_cases(CaseList& l);
 void permute_cases(CaseList& l);
 void count_nonfinite_cases(CaseList& l);

@@ -47,6 +47,7 @@ std::vector<OpCase> make_cases(OpKind op, ShapeSet set, Precision precision) {
     case OpKind::topk: topk_cases(l); break;
     case OpKind::gather_rows: gather_rows_cases(l); break;
     case OpKind::scatter_add_rows: scatter_add_rows_cases(l); break;
+    case OpKind::scatter_mean_rows: scatter_mean_rows_cases(l); break;
     case OpKind::concat: concat_cases(l); break;
     case OpKind::permute: permute_cases(l); break;
     case OpKind::count_nonfinite: count_nonfinite_cases(l); break;

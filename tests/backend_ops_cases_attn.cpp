@@ -233,6 +233,24 @@ void scatter_add_rows_cases(CaseList& l) {
   add("sca.scatter", {g.slots(), g.c}, rebatch_index(g), {g.hw, g.c});
 }
 
+void scatter_mean_rows_cases(CaseList& l) {
+  auto add = [&](std::string tag, Shape src, Tensor idx, int64_t rows) {
+    l.add(std::move(tag), [src, idx, rows](Ops& ops, uint64_t seed) {
+      ops.scatter_mean_rows(up(ops, values(src, seed, 1.0f, 100.0f)), up(ops, idx),
+                            up(ops, uniform({rows, 1}, seed + 1, 0.1f, 1.0f)), "x");
+    });
+  };
+  if (l.set() == ShapeSet::kAwkward) {
+    add("repeats into 1 row", {3, 1}, index_tensor({-1, 0, 0}), 1);
+    add("odd, every 4th padding", {23, 5}, indices(23, 17, 45, 4), 17);
+    add("1 wide row, rows never hit", {1, 300}, index_tensor({1}), 3);
+    add("blocks of rows, repeats across them", {700, 3}, indices(700, 5000, 7919, 9), 5000);
+    return;
+  }
+  const Graph g = graph(l.set());
+  add("sca.count_mean", {g.slots(), g.c}, rebatch_index(g), g.hw);
+}
+
 void concat_cases(CaseList& l) {
   auto add = [&](std::string tag, std::vector<Shape> parts, int64_t axis, DType dtype = DType::kF32,
                  std::optional<DType> out = {}) {

@@ -138,13 +138,18 @@ void attention_cases(CaseList& l) {
 
 namespace {
 
-void add_layer_norm(CaseList& l, std::string tag, Shape x, float mean = 0.0f, float eps = 1e-5f) {
-  l.add(std::move(tag), [x, mean, eps](Ops& ops, uint64_t seed) {
+// With `residual`: layer_norm(x + residual) as one op (the post-norm layers' add and norm).
+void add_layer_norm(CaseList& l, std::string tag, Shape x, float mean = 0.0f, float eps = 1e-5f, bool residual = false) {
+  l.add(std::move(tag), [x, mean, eps, residual](Ops& ops, uint64_t seed) {
     Tensor h = values(x, seed, 2.0f);
     float* p = h.data<float>();
     for (int64_t i = 0; i < h.numel(); ++i) p[i] += mean;
     const int64_t c = x.back();
-    ops.layer_norm(up(ops, h), up(ops, values({c}, seed + 1, 2.0f)), up(ops, values({c}, seed + 2)), eps, "x");
+    const Tensor gamma = up(ops, values({c}, seed + 1, 2.0f)), beta = up(ops, values({c}, seed + 2));
+    if (residual)
+      ops.add_layer_norm(up(ops, h), up(ops, values(x, seed + 3, 3.0f)), gamma, beta, eps, "x");
+    else
+      ops.layer_norm(up(ops, h), gamma, beta, eps, "x");
   });
 }
 
@@ -165,12 +170,15 @@ void layer_norm_cases(CaseList& l) {
     // A mean 2000 times the spread: a one-pass variance (E[x^2] - E[x]^2) cancels to noise.
     add_layer_norm(l, "mean 4e3, 257 ch", {13, 257}, 4000.0f);
     add_layer_norm(l, "rank 3, eps 1e-6", {2, 3, 33}, -3.0f, 1e-6f);
+    add_layer_norm(l, "residual, 1 channel", {5, 1}, 0.0f, 1e-5f, true);
+    add_layer_norm(l, "residual, mean 4e3, 257 ch", {13, 257}, 4000.0f, 1e-5f, true);
+    add_layer_norm(l, "residual, rank 3", {2, 3, 33}, -3.0f, 1e-6f, true);
     return;
   }
   const Graph g = graph(l.set());
   add_layer_norm(l, "can_bus_mlp.norm", {1, g.c});
-  add_layer_norm(l, "enc.norms", {g.hw, g.c});
-  add_layer_norm(l, "dec.norms", {g.queries, g.c});
+  add_layer_norm(l, "enc.norms (residual)", {g.hw, g.c}, 0.0f, 1e-5f, true);
+  add_layer_norm(l, "dec.norms (residual)", {g.queries, g.c}, 0.0f, 1e-5f, true);
 }
 
 void softmax_cases(CaseList& l) {

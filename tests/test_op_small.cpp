@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -110,6 +111,33 @@ TEST(LayerNorm, MatchesF64TwoPassAndRunsInPlace) {
       EXPECT_TRUE(same_bits(x, y));
     }
   }
+}
+
+TEST(LayerNorm, WithResidualGivesTheBitsOfAddThenLayerNorm) {
+  std::mt19937 rng(5);
+  ThreadPool pool(2);
+  for (int64_t c : {1, 3, 17, 256, 257}) {
+    for (int64_t m : {1, 37, 1000}) {
+      const Tensor x = random_tensor({m, c}, rng, -3.0f, 3.0f), r = random_tensor({m, c}, rng, 100.0f, 104.0f);
+      const Tensor g = random_tensor({c}, rng, 0.5f, 1.5f), b = random_tensor({c}, rng);
+      Tensor sum = Tensor::empty({m, c}, DType::kF32), want = Tensor::empty({m, c}, DType::kF32);
+      add(x, r, sum, &pool);
+      layer_norm(sum, g, b, 1e-5f, want, &pool);
+      Tensor got = Tensor::empty({m, c}, DType::kF32);
+      layer_norm(x, g, b, 1e-5f, got, &pool, &r);
+      EXPECT_TRUE(same_bits(got, want)) << "C " << c << " M " << m;
+      // In place over either input, one thread: the same bits.
+      Tensor x2 = x.clone(), r2 = r.clone();
+      layer_norm(x2, g, b, 1e-5f, x2, nullptr, &r);
+      layer_norm(x, g, b, 1e-5f, r2, nullptr, &r2);
+      EXPECT_TRUE(same_bits(x2, want)) << "in place over x, C " << c;
+      EXPECT_TRUE(same_bits(r2, want)) << "in place over the residual, C " << c;
+    }
+  }
+  const Tensor x = random_tensor({4, 8}, rng), g = random_tensor({8}, rng), b = random_tensor({8}, rng);
+  const Tensor wrong = random_tensor({4, 7}, rng);
+  Tensor y = Tensor::empty({4, 8}, DType::kF32);
+  EXPECT_THROW(layer_norm(x, g, b, 1e-5f, y, nullptr, &wrong), Error);
 }
 
 TEST(Softmax, MatchesF64AndHandlesInfAndNaN) {
@@ -507,6 +535,37 @@ TEST(Topk, DescendingStableOnTiesNaNLast) {
   }
   Tensor v = Tensor::empty({n + 1}, DType::kF32), idx = Tensor::empty({n + 1}, DType::kI64);
   EXPECT_THROW(topk(s, n + 1, v, idx), Error);
+}
+
+TEST(GatherScatter, ScatterMeanGivesTheBitsOfZerosScatterAndMul) {
+  std::mt19937 rng(9);
+  ThreadPool pool(3);
+  // Rows that many slots hit, rows none hits, padding; blocks of y (64 KiB) crossed by repeats.
+  for (const auto& [m, n, c] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {50, 7, 3}, {3066, 2500, 256},
+                                {4000, 3000, 5}, {600, 9000, 33}}) {
+    Tensor src = random_tensor({m, c}, rng, -50.0f, 50.0f);
+    src.data<float>()[0] = -0.0f;  // +0 + -0 is +0: the sum starts from the zeros' +0
+    Tensor idx = Tensor::empty({m}, DType::kI64);
+    std::uniform_int_distribution<int64_t> row(0, n - 1);
+    for (int64_t i = 0; i < m; ++i) idx.data<int64_t>()[i] = i % 7 == 6 ? -1 : (i % 5 == 0 ? 0 : row(rng));
+    const Tensor scale = random_tensor({n, 1}, rng, 0.1f, 1.0f);
+    Tensor want = Tensor::zeros({n, c}, DType::kF32);
+    scatter_add_rows(src, idx, want);
+    mul(want, scale, want, &pool);
+    Tensor got = Tensor::empty({n, c}, DType::kF32);
+    for (float* p = got.data<float>(); p != got.data<float>() + got.numel(); ++p) *p = kNaN;  // all overwritten
+    scatter_mean_rows(src, idx, scale, got, &pool);
+    EXPECT_TRUE(same_bits(got, want)) << "M " << m << " N " << n << " C " << c;
+    Tensor one = Tensor::empty({n, c}, DType::kF32);
+    scatter_mean_rows(src, idx, scale, one, nullptr);
+    EXPECT_TRUE(same_bits(one, want)) << "one thread, M " << m;
+  }
+  const Tensor src = random_tensor({3, 4}, rng), scale = random_tensor({5, 1}, rng);
+  Tensor y = Tensor::empty({5, 4}, DType::kF32);
+  EXPECT_THROW(scatter_mean_rows(src, i64_tensor({0, 5, 1}), scale, y, nullptr), Error);  // row 5 of 5
+  EXPECT_THROW(scatter_mean_rows(src, i64_tensor({0, 1}), scale, y, nullptr), Error);     // 2 indices, 3 rows
+  Tensor wrong = Tensor::empty({5, 3}, DType::kF32);
+  EXPECT_THROW(scatter_mean_rows(src, i64_tensor({0, 1, 2}), scale, wrong, nullptr), Error);
 }
 
 TEST(GatherScatter, RowsWithDuplicatesAndBoundsChecks) {

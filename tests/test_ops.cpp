@@ -77,7 +77,7 @@ struct MiniStage {
     Tensor tokens = d.reshape({2 * 9 * 11, 7});
     Tensor h = ops.linear(tokens, fc1, "fc1");
     Tensor q = ops.linear(h, fc2, "fc2");                              // [198, 8]
-    Tensor n = ops.layer_norm(q, gamma, beta, 1e-5f, "norm");
+    Tensor n = ops.add_layer_norm(ops.layer_norm(q, gamma, beta, 1e-5f, "norm0"), q, gamma, beta, 1e-5f, "norm");
     Tensor s = ops.softmax(ops.add_rows(n, row), "softmax");
     Tensor sig = ops.sigmoid(s);
     Tensor inv = ops.inverse_sigmoid(sig);
@@ -112,12 +112,14 @@ struct MiniStage {
     // Padded gather and scatter into a fresh zeros: replay must zero it again before adding.
     Tensor g_pad = ops.gather_rows(att2, idx_pad, "gather_pad");      // rows 0 and 3 are zeros
     Tensor acc_pad = ops.scatter_add_rows(g_pad, idx_pad, ops.zeros({198, 8}, "zeros"), "scatter_pad");
+    // The padded rows summed and scaled as one op, into 792 rows (most never hit).
+    Tensor mean = ops.scatter_mean_rows(g_pad, idx_pad, ops.sigmoid(ops.linear(h, fc3)).reshape({792, 1}), "mean");
     Tensor gm = ops.gather_rows_multi({att2, g}, idx_multi, "gather_multi");  // rows of two sources
     Tensor cat = ops.concat({acc, att2, gm}, 0, "concat");
     auto [top, top_idx] = ops.topk(cat.reshape({-1}), 10, "topk");
     count = ops.count_nonfinite(cat, 2, "count");  // i64: kept beside the result
     return ops.concat({top, heads.reshape({-1}).slice(0, 0, 5).contiguous(), ctx.reshape({-1}), boxes.reshape({-1}),
-                       g_pad.reshape({-1}), acc_pad.reshape({-1}), fused.reshape({-1})},
+                       g_pad.reshape({-1}), acc_pad.reshape({-1}), fused.reshape({-1}), mean.reshape({-1})},
                       0);
   }
 };

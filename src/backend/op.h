@@ -45,6 +45,7 @@ namespace bev {
   X(gather_rows)          \
   X(gather_rows_multi)    \
   X(scatter_add_rows)     \
+  X(scatter_mean_rows)    \
   X(concat)               \
   X(permute)              \
   X(count_nonfinite)

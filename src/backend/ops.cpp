@@ -436,6 +436,21 @@ Tensor Ops::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   return emit({OpKind::layer_norm, std::move(label), LayerNormAttrs{eps}, {x, gamma, beta}, {output(x.shape())}, nullptr});
 }
 
+Tensor Ops::add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& gamma, const Tensor& beta, float eps,
+                           std::string label) {
+  expect_f32("layer_norm", label, "x", x);
+  expect_f32("layer_norm", label, "residual", residual);
+  if (residual.shape() != x.shape())
+    shape_error("layer_norm", label, "residual " + residual.describe() + " for " + x.describe(), "x's shape");
+  const int64_t c = x.size(-1);
+  if (gamma.shape() != Shape{c} || beta.shape() != Shape{c}) {
+    shape_error("layer_norm", label, "gamma " + gamma.describe() + ", beta " + beta.describe() + " for " + x.describe(),
+                "[" + std::to_string(c) + "]");
+  }
+  return emit({OpKind::layer_norm, std::move(label), LayerNormAttrs{eps}, {x, gamma, beta, residual},
+               {output(x.shape())}, nullptr});
+}
+
 Tensor Ops::softmax(const Tensor& x, std::string label) {
   return emit({OpKind::softmax, std::move(label), {}, {x}, {output(x.shape())}, nullptr});
 }
@@ -621,6 +636,20 @@ Tensor Ops::gather_rows(const Tensor& src, const Tensor& index, std::string labe
   expect_rank("gather_rows", label, "index", index, 1);
   const DType to = copy_dtype("gather_rows", label, src.dtype(), out);
   return emit({OpKind::gather_rows, std::move(label), {}, {src, index}, {output({index.size(0), src.size(1)}, to)}, nullptr});
+}
+
+Tensor Ops::scatter_mean_rows(const Tensor& src, const Tensor& index, const Tensor& scale, std::string label) {
+  const char* op = "scatter_mean_rows";
+  expect_rank(op, label, "src", src, 2);
+  expect_rank(op, label, "scale", scale, 2);
+  expect_f32(op, label, "src", src);
+  expect_f32(op, label, "scale", scale);
+  if (index.dtype() != DType::kI64 || index.shape() != Shape{src.size(0)} || scale.size(1) != 1) {
+    shape_error(op, label, src.describe() + " by " + index.describe() + " scaled by " + scale.describe(),
+                "src [M, C], index i64 [M], scale [N, 1]");
+  }
+  return emit({OpKind::scatter_mean_rows, std::move(label), {}, {src, index, scale},
+               {output({scale.size(0), src.size(1)})}, nullptr});
 }
 
 Tensor Ops::scatter_add_rows(const Tensor& src, const Tensor& index, const Tensor& dst, std::string label) {

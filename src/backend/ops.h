@@ -97,6 +97,10 @@ class Ops {
   Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionAttrs& attrs, std::string label = {});
   Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps = 1e-5f,
                     std::string label = {});
+  // layer_norm(x + residual) as one op (a post-norm transformer layer's residual sum and norm;
+  // the sum is never written): residual f32 with x's shape.
+  Tensor add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& gamma, const Tensor& beta,
+                        float eps = 1e-5f, std::string label = {});
   Tensor softmax(const Tensor& x, std::string label = {});  // over the last dimension
   Tensor relu(const Tensor& x, std::string label = {});
   Tensor sigmoid(const Tensor& x, std::string label = {});
@@ -152,6 +156,11 @@ class Ops {
   Tensor gather_rows_multi(const std::vector<Tensor>& srcs, const Tensor& index, std::string label = {});
   // dst[index[i]] += src[i], in place; index -1 skips the row (padding); returns `dst`.
   Tensor scatter_add_rows(const Tensor& src, const Tensor& index, const Tensor& dst, std::string label = {});
+  // out[q] = scale[q] * (the sum of src[i] over index[i] = q, in increasing i, from +0): SCA's
+  // mean over the cameras that see a cell (zeros, scatter_add_rows and mul by scale, as one op
+  // with their bits). src [M, C] f32, index [M] i64 (-1 skips a row), scale [N, 1] f32 ->
+  // [N, C] f32.
+  Tensor scatter_mean_rows(const Tensor& src, const Tensor& index, const Tensor& scale, std::string label = {});
   // `out` as gather_rows': the parts' dtype when unset, or bf16 for f32 parts in bf16 precision.
   Tensor concat(const std::vector<Tensor>& parts, int64_t axis, std::string label = {},
                 std::optional<DType> out = std::nullopt);

@@ -52,7 +52,7 @@ FfnWeights load_ffn(Ops& ops, const WeightSource& w, const std::string& prefix) 
 
 Tensor ffn_forward(Ops& ops, const FfnWeights& f, const Tensor& x, const std::string& label) {
   const Tensor h = ops.linear(x, f.fc1, label + ".layers.0", compact_dtype(ops));
-  return ops.add(x, ops.linear(h, f.fc2, label + ".layers.1"), label);
+  return ops.linear(h, f.fc2, label + ".layers.1");
 }
 
 // ---- TemporalSelfAttention ----
@@ -96,7 +96,7 @@ Tensor tsa_forward(Ops& ops, const TsaWeights& w, const DeformAttnConfig& cfg, i
   // The queue mean's 1/2 is in output_proj's weight (load_tsa).
   const Tensor summed = sample_values(ops, w.sampling_offsets, w.attention_weights, qcat, in.reference, value, ma, points,
                                       /*softmax_per_level=*/true, label);
-  return ops.add(x, ops.linear(summed, w.output_proj, label + ".output_proj"), label);
+  return ops.linear(summed, w.output_proj, label + ".output_proj");
 }
 
 // ---- SpatialCrossAttention ----
@@ -109,15 +109,14 @@ ScaWeights load_sca(Ops& ops, const WeightSource& w, const std::string& p) {
 
 Tensor sca_forward(Ops& ops, const ScaWeights& w, const DeformAttnConfig& cfg, const Tensor& x, const ScaInputs& in,
                    const std::string& label) {
-  const int64_t hw = x.size(0), c = x.size(1), points = cfg.num_points;
+  const int64_t points = cfg.num_points;
   // Rebatch: each camera's visible BEV cells, padded with zero queries (spec §2.9).
   const Tensor queries = ops.gather_rows(x, in.query_index, label + ".rebatch", compact_dtype(ops));
   const Tensor sampled = sample_values(ops, w.sampling_offsets, w.attention_weights, queries, in.reference, in.value,
                                       {in.spatial_shapes, in.level_start}, points, /*softmax_per_level=*/false, label);
-  Tensor slots = ops.zeros({hw, c}, label + ".slots");
-  slots = ops.scatter_add_rows(sampled, in.query_index, slots, label + ".scatter");
-  slots = ops.mul(slots, in.inv_count, label + ".count_mean");
-  return ops.add(x, ops.linear(slots, w.output_proj, label + ".output_proj"), label);
+  // Each cell's mean over the cameras that see it (spec §2.9: slots summed, divided by count).
+  const Tensor slots = ops.scatter_mean_rows(sampled, in.query_index, in.inv_count, label + ".count_mean");
+  return ops.linear(slots, w.output_proj, label + ".output_proj");
 }
 
 // ---- nn.MultiheadAttention ----
@@ -144,7 +143,7 @@ Tensor mha_forward(Ops& ops, const MhaWeights& w, int num_heads, const Tensor& x
   const Tensor v = ops.linear(x, w.v_proj, label + ".v_proj").reshape({batch, q_len, c});
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const Tensor ctx = ops.attention(q, k, v, {.heads = num_heads, .scale = scale}, label + ".attention").reshape({rows, c});
-  return ops.add(x, ops.linear(ctx, w.out_proj, label + ".out_proj"), label);
+  return ops.linear(ctx, w.out_proj, label + ".out_proj");
 }
 
 // ---- CustomMSDeformableAttention ----
@@ -168,7 +167,7 @@ Tensor decoder_cross_forward(Ops& ops, const DecoderCrossWeights& w, const Defor
   levels.level_start = {0};
   const Tensor out = sample_values(ops, w.sampling_offsets, w.attention_weights, query, reference.reshape({rows, 1, 1, 3}),
                                    value, levels, points, /*softmax_per_level=*/false, label);
-  return ops.add(x, ops.linear(out, w.output_proj, label + ".output_proj"), label);
+  return ops.linear(out, w.output_proj, label + ".output_proj");
 }
 
 }  // namespace bev

@@ -3,8 +3,10 @@
 //   SpatialCrossAttention       (encoder attentions.1, wrapping MSDeformableAttention3D)
 //   MultiheadAttention          (decoder attentions.0, nn.MultiheadAttention)
 //   CustomMSDeformableAttention (decoder attentions.1)
-//   FFN                         (mmcv FFN: Linear + ReLU, Linear, + identity)
-// Activations are token-major [tokens, C] (batch 1). Each forward includes the module's residual.
+//   FFN                         (mmcv FFN: Linear + ReLU, Linear)
+// Activations are token-major [tokens, C] (batch 1). Each forward returns its module's output
+// before the residual: upstream adds the identity (the forward's x) inside the module, here the
+// layer adds it in the norm that follows (add_norm_forward: one op, the sum never written).
 #pragma once
 
 #include <string>

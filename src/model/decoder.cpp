@@ -62,14 +62,16 @@ DecoderOutputs decoder_forward(Ops& ops, const DecoderWeights& w, const HeadWeig
     const std::string stage = "dec" + std::to_string(i);
     const std::string p = "decoder.layers." + std::to_string(i);
     ops.set_stage(stage + ".self");
-    x = mha_forward(ops, l.self_attn, t.decoder_self_attn_heads, x, w.query_pos, p + ".attentions.0", batch);
-    x = layer_norm_forward(ops, l.norms[0], x, p + ".norms.0");
+    x = add_norm_forward(ops, l.norms[0], x,
+                         mha_forward(ops, l.self_attn, t.decoder_self_attn_heads, x, w.query_pos, p + ".attentions.0", batch),
+                         p + ".norms.0");
     ops.set_stage(stage + ".cross");
-    x = decoder_cross_forward(ops, l.cross, t.decoder_cross, x, w.query_pos, values[i], reference, cfg.head.bev_h,
-                              cfg.head.bev_w, p + ".attentions.1", batch);
-    x = layer_norm_forward(ops, l.norms[1], x, p + ".norms.1");
+    x = add_norm_forward(ops, l.norms[1], x,
+                         decoder_cross_forward(ops, l.cross, t.decoder_cross, x, w.query_pos, values[i], reference,
+                                               cfg.head.bev_h, cfg.head.bev_w, p + ".attentions.1", batch),
+                         p + ".norms.1");
     ops.set_stage(stage + ".ffn");
-    x = layer_norm_forward(ops, l.norms[2], ffn_forward(ops, l.ffn, x, p + ".ffns.0"), p + ".norms.2");
+    x = add_norm_forward(ops, l.norms[2], x, ffn_forward(ops, l.ffn, x, p + ".ffns.0"), p + ".norms.2");
     ops.set_stage(stage + ".reg");
     const std::string r = "reg_branches." + std::to_string(i);
     const Tensor reg = reg_branch_forward(ops, head.reg[i], x, r);

@@ -116,13 +116,13 @@ Tensor encoder_forward(Ops& ops, const EncoderWeights& w, const ModelConfig& cfg
     tsa_in.reference = in.tsa_reference;
     tsa_in.bev_h = bev_h;
     tsa_in.bev_w = bev_w;
-    x = tsa_forward(ops, l.tsa, t.tsa, t.tsa_num_bev_queue, x, tsa_in, p + ".attentions.0");
-    x = layer_norm_forward(ops, l.norms[0], x, p + ".norms.0");
+    x = add_norm_forward(ops, l.norms[0], x, tsa_forward(ops, l.tsa, t.tsa, t.tsa_num_bev_queue, x, tsa_in, p + ".attentions.0"),
+                         p + ".norms.0");
     ops.set_stage(stage + ".sca");
-    x = sca_forward(ops, l.sca, t.sca, x, in.sca[i], p + ".attentions.1");
-    x = layer_norm_forward(ops, l.norms[1], x, p + ".norms.1");
+    x = add_norm_forward(ops, l.norms[1], x, sca_forward(ops, l.sca, t.sca, x, in.sca[i], p + ".attentions.1"),
+                         p + ".norms.1");
     ops.set_stage(stage + ".ffn");
-    x = layer_norm_forward(ops, l.norms[2], ffn_forward(ops, l.ffn, x, p + ".ffns.0"), p + ".norms.2");
+    x = add_norm_forward(ops, l.norms[2], x, ffn_forward(ops, l.ffn, x, p + ".ffns.0"), p + ".norms.2");
     if (taps) taps->put("dbg.enc_layer." + std::to_string(i), x.reshape({1, hw, c}));
   }
   ops.set_stage("enc.out");

@@ -56,6 +56,11 @@ Tensor layer_norm_forward(Ops& ops, const LayerNormWeights& ln, const Tensor& x,
   return ops.layer_norm(x, ln.weight, ln.bias, 1e-5f, label);
 }
 
+Tensor add_norm_forward(Ops& ops, const LayerNormWeights& ln, const Tensor& identity, const Tensor& branch,
+                        const std::string& label) {
+  return ops.add_layer_norm(identity, branch, ln.weight, ln.bias, 1e-5f, label);
+}
+
 PreparedWeights load_linear(Ops& ops, const WeightSource& w, const std::string& prefix, bool relu) {
   const Tensor bias = w.get(prefix + ".bias");
   return ops.prepare_linear(w.get(prefix + ".weight"), &bias, {.relu = relu});

@@ -48,6 +48,10 @@ struct LayerNormWeights {
 // Uploaded to the backend through ops.constant.
 LayerNormWeights load_layer_norm(Ops& ops, const WeightSource& w, const std::string& prefix);
 Tensor layer_norm_forward(Ops& ops, const LayerNormWeights& ln, const Tensor& x, const std::string& label);
+// norm(identity + branch): a transformer layer's residual (the brick's output added to its input,
+// as upstream's bricks add it themselves) and the norm that follows, as one op.
+Tensor add_norm_forward(Ops& ops, const LayerNormWeights& ln, const Tensor& identity, const Tensor& branch,
+                        const std::string& label);
 
 // nn.Linear: `<prefix>.weight` [out, in], `<prefix>.bias` [out]; ReLU fused when `relu`.
 PreparedWeights load_linear(Ops& ops, const WeightSource& w, const std::string& prefix, bool relu = false);

@@ -136,6 +136,7 @@ double flops_per_output_element(OpKind kind) {
     case OpKind::msda:
     case OpKind::deformable_attention:
     case OpKind::scatter_add_rows:
+    case OpKind::scatter_mean_rows:
     case OpKind::bbox_denormalize:
     case OpKind::zeros:
     case OpKind::topk:
@@ -199,6 +200,10 @@ double op_flops(const OpNode& n) {
     }
     case OpKind::scatter_add_rows:
       return numel(n.inputs[0]);
+    case OpKind::scatter_mean_rows:  // the sums, and one multiply per output
+      return numel(n.inputs[0]) + out;
+    case OpKind::layer_norm:  // + the residual's sum when it has one
+      return (flops_per_output_element(n.kind) + (n.inputs.size() > 3 ? 1 : 0)) * out;
     case OpKind::bbox_denormalize:  // 3 of `code` channels: x * scale + offset
       return 2 * 3 * static_cast<double>(n.outputs[0].size(0));
     default:

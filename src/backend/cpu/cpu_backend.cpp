@@ -155,7 +155,9 @@ class CpuBackend final : public Backend {
       }
       case OpKind::layer_norm: {
         Tensor y = rows_view(out);
-        cpu::layer_norm(rows_view(in[0]), in[1], in[2], std::get<LayerNormAttrs>(n.attrs).eps, y, &pool_);
+        const Tensor residual = in.size() > 3 ? rows_view(in[3]) : Tensor();
+        cpu::layer_norm(rows_view(in[0]), in[1], in[2], std::get<LayerNormAttrs>(n.attrs).eps, y, &pool_,
+                        residual.defined() ? &residual : nullptr);
         return;
       }
       case OpKind::softmax: {
@@ -247,6 +249,11 @@ class CpuBackend final : public Backend {
       case OpKind::scatter_add_rows: {
         Tensor dst = out;
         cpu::scatter_add_rows(in[0], in[1], dst);
+        return;
+      }
+      case OpKind::scatter_mean_rows: {
+        Tensor y = out;
+        cpu::scatter_mean_rows(in[0], in[1], in[2], y, &pool_);
         return;
       }
       case OpKind::concat: {

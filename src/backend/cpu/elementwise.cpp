@@ -402,24 +402,38 @@ void binary(const char* op, const Tensor& a, const Tensor& b, Tensor& y, ThreadP
 
 }  // namespace
 
-void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& y, ThreadPool* pool) {
+void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& y, ThreadPool* pool,
+                const Tensor* residual) {
   const char* op = "layer_norm";
   const int64_t c_len = expect_rows(op, x, "input x");
   expect_f32_shape(op, gamma, "gamma", {c_len});
   expect_f32_shape(op, beta, "beta", {c_len});
   expect_f32_shape(op, y, "output y", x.shape());
   expect_no_partial_overlap(op, x, y);
+  if (residual) {
+    expect_f32_shape(op, *residual, "residual", x.shape());
+    expect_no_partial_overlap(op, *residual, y);
+  }
   if (x.numel() == 0) return;
   const int64_t rows = x.numel() / c_len;
   const float* xp = x.data<float>();
+  const float* rp = residual ? residual->data<float>() : nullptr;
   const float* g = gamma.data<float>();
   const float* b = beta.data<float>();
   float* yp = y.data<float>();
+  const bool f = avx512::has_f();
+  // Chunks of about 16 KiB: with a residual, the sums are made into y and normalized in place
+  // while they are in L1 (the row kernels read a row fully before writing it).
   for_chunks(pool, rows, std::max<int64_t>(1, 4096 / c_len), [&](int64_t r0, int64_t r1) {
-    if (avx512::has_f()) {
-      ln_rows_avx512(xp, g, b, eps, yp, c_len, r0, r1);
+    const float* src = xp;
+    if (rp) {
+      for (int64_t i = r0 * c_len; i < r1 * c_len; ++i) yp[i] = xp[i] + rp[i];
+      src = yp;
+    }
+    if (f) {
+      ln_rows_avx512(src, g, b, eps, yp, c_len, r0, r1);
     } else {
-      ln_rows_scalar(xp, g, b, eps, yp, c_len, r0, r1);
+      ln_rows_scalar(src, g, b, eps, yp, c_len, r0, r1);
     }
   });
 }

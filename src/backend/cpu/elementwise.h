@@ -26,8 +26,10 @@ inline float inverse_sigmoid_scalar(float x, float eps) {
 // LayerNorm over the last dim C (x viewed as [M, C]); gamma, beta [C]. Two passes per row in
 // f32 (mean, then mean of squared deviations, biased variance as PyTorch), so a large mean does
 // not cancel the variance. y = (x - mean) / sqrt(var + eps) * gamma + beta. In place allowed.
+// With `residual` (x's shape): layer_norm(x + residual), each row's sum (the bits of cpu::add)
+// made into y in cache and normalized there, so the sum never goes to memory.
 void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& y,
-                ThreadPool* pool = nullptr);
+                ThreadPool* pool = nullptr, const Tensor* residual = nullptr);
 
 // Softmax over the last dim: exp(x - max) / sum, the sum in f32, then multiplied by 1/sum as
 // PyTorch's CPU kernel does. A row of all -inf gives NaN (as PyTorch). In place allowed.

@@ -281,6 +281,67 @@ void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& dst) {
   }
 }
 
+void scatter_mean_rows(const Tensor& src, const Tensor& idx, const Tensor& scale, Tensor& y, ThreadPool* pool) {
+  const char* op = "scatter_mean_rows";
+  if (!src.defined() || src.dtype() != DType::kF32 || src.dim() != 2 || !src.is_contiguous() ||
+      src.device() != Device::kCpu) {
+    bad_tensor(op, src, "src", "contiguous host f32 [M, C]");
+  }
+  const int64_t m = src.size(0), c = src.size(1);
+  if (!scale.defined() || scale.dim() != 2) bad_tensor(op, scale, "scale", "contiguous host f32 [N, 1]");
+  const int64_t n = scale.size(0);
+  expect(op, scale, "scale", DType::kF32, {n, 1});
+  expect(op, y, "y", DType::kF32, {n, c});
+  if (overlaps(src, y)) bad_tensor(op, y, "y", "a tensor disjoint from src");
+  const int64_t* ip = checked_indices(op, idx, m, n);
+  if (n == 0 || c == 0) return;
+  const float* sp = src.data<float>();
+  const float* kp = scale.data<float>();
+  float* yp = y.data<float>();
+  // Blocks of about 64 KiB of y (256 rows of base's 256 channels), each made whole while in L2:
+  // as three ops, base's SCA wrote and read its [40000, 256] slots five times (zeros, the
+  // scatter's read and write, the multiply's read and write).
+  const int64_t rows_per_block = std::max<int64_t>(1, (int64_t{64} << 10) / (c * 4));
+  const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
+  // Counting sort of the rows of src by block, stable (increasing m within a block): the calling
+  // thread's buffers, which only grow, so replays allocate nothing.
+  thread_local std::vector<int64_t> start, order;
+  if (start.size() < static_cast<size_t>(blocks + 1)) start.resize(static_cast<size_t>(blocks + 1));
+  if (order.size() < static_cast<size_t>(m)) order.resize(static_cast<size_t>(m));
+  std::fill(start.begin(), start.begin() + blocks + 1, int64_t{0});
+  for (int64_t i = 0; i < m; ++i) {
+    if (ip[i] >= 0) ++start[static_cast<size_t>(ip[i] / rows_per_block + 1)];
+  }
+  for (int64_t b = 0; b < blocks; ++b) start[static_cast<size_t>(b + 1)] += start[static_cast<size_t>(b)];
+  {
+    int64_t* next = start.data();  // start[b] advances through block b's slots; restored below
+    for (int64_t i = 0; i < m; ++i) {
+      if (ip[i] >= 0) order[static_cast<size_t>(next[ip[i] / rows_per_block]++)] = i;
+    }
+    for (int64_t b = blocks; b > 0; --b) start[static_cast<size_t>(b)] = start[static_cast<size_t>(b - 1)];
+    start[0] = 0;
+  }
+  const int64_t* st = start.data();
+  const int64_t* ord = order.data();
+  for_chunks(pool, blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t r0 = b * rows_per_block, r1 = std::min(n, r0 + rows_per_block);
+      std::memset(yp + r0 * c, 0, static_cast<size_t>((r1 - r0) * c) * sizeof(float));
+      for (int64_t k = st[b]; k < st[b + 1]; ++k) {
+        const int64_t i = ord[k];
+        float* d = yp + ip[i] * c;
+        const float* s = sp + i * c;
+        for (int64_t j = 0; j < c; ++j) d[j] += s[j];
+      }
+      for (int64_t r = r0; r < r1; ++r) {
+        const float k = kp[r];
+        float* d = yp + r * c;
+        for (int64_t j = 0; j < c; ++j) d[j] *= k;
+      }
+    }
+  });
+}
+
 void concat(std::span<const Tensor> inputs, int64_t axis, Tensor& dst, ThreadPool* pool) {
   const char* op = "concat";
   if (inputs.empty()) throw Error(ErrorKind::kInvalidInput, "no inputs").where(op).expected("at least one tensor");

@@ -35,6 +35,13 @@ void gather_rows_multi(std::span<const Tensor> srcs, const Tensor& idx, Tensor& 
 // i64, dst [N, C] f32; indices checked (-1 or in [0, N)) before anything is written.
 void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& dst);
 
+// y[n] = scale[n] * (+0 + src[m] for each m with idx[m] = n, in increasing m): zeros,
+// scatter_add_rows and a multiply by scale [N, 1] with their bits, in one pass over y. y's rows
+// are made in blocks that stay in cache (the rows of src that each block takes are found by one
+// counting sort of idx first), the blocks split over the pool. src [M, C] f32, idx [M] i64
+// (checked: -1 or in [0, N)), y [N, C] f32, contiguous, disjoint from src.
+void scatter_mean_rows(const Tensor& src, const Tensor& idx, const Tensor& scale, Tensor& y, ThreadPool* pool = nullptr);
+
 // Concatenation of contiguous tensors of one dtype along `axis` (negative counts from the
 // end); they agree on every other extent; dst contiguous with the summed extent, of their dtype
 // or bf16 for f32 inputs (rounded to nearest even), disjoint from every input. Split over
