@@ -99,6 +99,7 @@ void max_pool2d_cases(CaseList& l);
 void upsample_nearest_add_cases(CaseList& l);
 // backend_ops_cases_bev.cpp
 void linear_cases(CaseList& l);
+void ffn_norm_cases(CaseList& l);
 void batched_matmul_cases(CaseList& l);
 void attention_cases(CaseList& l);
 void layer_norm_cases(CaseList& l);

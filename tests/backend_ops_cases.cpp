@@ -26,6 +26,7 @@ std::vector<OpCase> make_cases(OpKind op, ShapeSet set, Precision precision) {
     case OpKind::bottleneck: bottleneck_cases(l); break;
     case OpKind::deform_conv2d: deform_conv2d_cases(l); break;
     case OpKind::linear: linear_cases(l); break;
+    case OpKind::ffn_norm: ffn_norm_cases(l); break;
     case OpKind::batched_matmul: batched_matmul_cases(l); break;
     case OpKind::attention: attention_cases(l); break;
     case OpKind::layer_norm: layer_norm_cases(l); break;

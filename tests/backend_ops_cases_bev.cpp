@@ -45,6 +45,26 @@ void add_linear(CaseList& l, std::string tag, Shape x, int64_t out, bool relu = 
 
 }  // namespace
 
+void ffn_norm_cases(CaseList& l) {
+  auto add = [&](std::string tag, int64_t rows, int64_t c, int64_t h) {
+    l.add(std::move(tag), [rows, c, h, bf16 = l.bf16()](Ops& ops, uint64_t seed) {
+      const PreparedWeights fc1 = linear_weights(ops, c, h, true, true, seed);
+      const PreparedWeights fc2 = linear_weights(ops, h, c, false, true, seed + 10);
+      ops.ffn_norm(up(ops, values({rows, c}, seed + 20, 2.0f)), fc1, fc2, up(ops, values({c}, seed + 21, 2.0f)),
+                   up(ops, values({c}, seed + 22)), 1e-5f, bf16 ? DType::kBF16 : DType::kF32, "x");
+    });
+  };
+  if (l.set() == ShapeSet::kAwkward) {
+    add("1 row, 1 channel", 1, 1, 3);
+    add("517 rows, 24 -> 40", 517, 24, 40);
+    add("33 channels, 64 hidden", 100, 33, 64);
+    return;
+  }
+  const Graph g = graph(l.set());
+  add("enc.ffn_norm", g.hw, g.c, g.ffn);
+  add("dec.ffn_norm", g.queries, g.c, g.ffn);
+}
+
 void linear_cases(CaseList& l) {
   if (l.set() == ShapeSet::kAwkward) {
     add_linear(l, "1 row", {1, 7}, 3, true);

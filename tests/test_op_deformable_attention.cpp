@@ -1,6 +1,7 @@
-// Ops::deformable_attention (the query's projections, softmax, sampling locations and msda as one
-// op, in chunks that stay in cache) against the same ops run one by one on the same backend: the
-// bytes must be identical, on awkward shapes (rows that leave a short last chunk, batches whose
+// The bev stage's fused ops against the same ops run one by one on the same backend, bytes
+// identical. Ops::ffn_norm (a layer's FFN, residual and norm in chunks that keep the hidden rows
+// in cache) at awkward and BEVFormer shapes; Ops::deformable_attention (the query's projections,
+// softmax, sampling locations and msda as one op, in chunks that stay in cache) on awkward shapes (rows that leave a short last chunk, batches whose
 // boundaries fall inside a chunk, 1-3 levels, odd heads and head_dim, softmax per level or over
 // a head's levels and points), at BEVFormer's shapes, with 1-3 threads, in f32 and bf16.
 #include <gtest/gtest.h>
@@ -145,6 +146,68 @@ TEST(DeformableAttention, BevformerShapesGiveTheBitsOfTheOpsOneByOne) {
     expect_same_bytes(run_both(k, 2, Precision::kF32, false, false, seed + 1), k.name + ", f32");
     seed += 10;
   }
+}
+
+// ffn_norm against linear, linear, add_layer_norm: x [rows, c], hidden h.
+void expect_ffn_norm_bits(int64_t rows, int64_t c, int64_t h, int threads, Precision precision, uint32_t seed) {
+  auto backend = make_cpu_backend(threads, precision);
+  Ops ops(*backend);
+  const Tensor w1 = random_tensor({h, c}, seed, -0.3f, 0.3f), b1 = random_tensor({h}, seed + 1, -0.5f, 0.5f);
+  const Tensor w2 = random_tensor({c, h}, seed + 2, -0.3f, 0.3f), b2 = random_tensor({c}, seed + 3, -0.5f, 0.5f);
+  const PreparedWeights fc1 = ops.prepare_linear(w1, &b1, {.relu = true});
+  const PreparedWeights fc2 = ops.prepare_linear(w2, &b2, {});
+  const Tensor x = backend->upload(random_tensor({rows, c}, seed + 4, -2, 2));
+  const Tensor g = backend->upload(random_tensor({c}, seed + 5, 0.5f, 1.5f));
+  const Tensor b = backend->upload(random_tensor({c}, seed + 6, -1, 1));
+  const DType hidden = precision == Precision::kBF16 ? DType::kBF16 : DType::kF32;
+  Result r;
+  r.fused = backend->read(ops.ffn_norm(x, fc1, fc2, g, b, 1e-5f, hidden, "ffn"));
+  r.unfused = backend->read(ops.add_layer_norm(x, ops.linear(ops.linear(x, fc1, "fc1", hidden), fc2), g, b, 1e-5f));
+  expect_same_bytes(r, "ffn_norm " + std::to_string(rows) + "x" + std::to_string(c) + " -> " + std::to_string(h) +
+                           ", " + std::to_string(threads) + " threads, " + precision_name(precision));
+}
+
+TEST(FfnNorm, GivesTheBitsOfTheOpsOneByOne) {
+  uint32_t seed = 300;
+  for (const int threads : {1, 2, 3}) {
+    for (const Precision p : {Precision::kF32, Precision::kBF16}) {
+      expect_ffn_norm_bits(1, 3, 5, threads, p, seed++);
+      expect_ffn_norm_bits(517, 24, 40, threads, p, seed++);  // a short last chunk
+      expect_ffn_norm_bits(1000, 33, 64, threads, p, seed++);
+    }
+  }
+  // BEVFormer's: tiny's BEV and decoder queries (512 hidden), and base's BEV rows (chunked in
+  // bf16 by the unfused fc1 too: M >= 8192).
+  for (const Precision p : {Precision::kF32, Precision::kBF16}) {
+    expect_ffn_norm_bits(2500, 256, 512, 2, p, seed++);
+    expect_ffn_norm_bits(900, 256, 512, 2, p, seed++);
+  }
+  expect_ffn_norm_bits(40000, 256, 512, 2, Precision::kBF16, seed++);
+}
+
+TEST(FfnNorm, ShapeErrorsAreInvalidInput) {
+  auto backend = make_cpu_backend(1, Precision::kF32);
+  Ops ops(*backend);
+  const PreparedWeights fc1 = ops.prepare_linear(random_tensor({6, 4}, 1, -1, 1), nullptr, {.relu = true});
+  const PreparedWeights fc2 = ops.prepare_linear(random_tensor({4, 6}, 2, -1, 1), nullptr, {});
+  const PreparedWeights fc1_no_relu = ops.prepare_linear(random_tensor({6, 4}, 3, -1, 1), nullptr, {});
+  const Tensor x = backend->upload(random_tensor({5, 4}, 4, -1, 1));
+  const Tensor g = backend->upload(random_tensor({4}, 5, -1, 1)), b = backend->upload(random_tensor({4}, 6, -1, 1));
+  EXPECT_NO_THROW(ops.ffn_norm(x, fc1, fc2, g, b, 1e-5f, DType::kF32));
+  const auto invalid = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.kind() == ErrorKind::kInvalidInput;
+    }
+    return false;
+  };
+  EXPECT_TRUE(invalid([&] { ops.ffn_norm(x, fc2, fc1, g, b, 1e-5f, DType::kF32); }));          // swapped
+  EXPECT_TRUE(invalid([&] { ops.ffn_norm(x, fc1_no_relu, fc2, g, b, 1e-5f, DType::kF32); }));  // no ReLU
+  EXPECT_TRUE(invalid([&] { ops.ffn_norm(x.slice(1, 0, 3).contiguous(), fc1, fc2, g, b, 1e-5f, DType::kF32); }));
+  EXPECT_TRUE(invalid([&] { ops.ffn_norm(x, fc1, fc2, g.slice(0, 0, 3), b, 1e-5f, DType::kF32); }));
+  // bf16 hidden rows need bf16 arithmetic.
+  EXPECT_TRUE(invalid([&] { ops.ffn_norm(x, fc1, fc2, g, b, 1e-5f, DType::kBF16); }));
 }
 
 TEST(DeformableAttention, ShapeErrorsAreInvalidInput) {

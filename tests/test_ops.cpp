@@ -32,7 +32,7 @@ Tensor index_tensor(std::vector<int64_t> v) {
 
 // A small stand-in for a model stage that touches every op kind.
 struct MiniStage {
-  PreparedWeights conv_a, conv_b, conv_offset, dcn, fc1, fc2, fc3, fc4, fc5, blk1, blk2, blk3, block;
+  PreparedWeights conv_a, conv_b, conv_offset, dcn, fc1, fc2, fc3, fc4, fc5, fc6, fc7, blk1, blk2, blk3, block;
   Tensor gamma, beta, row, idx, idx_pad, idx_multi;
 
   explicit MiniStage(Ops& ops) {
@@ -56,6 +56,8 @@ struct MiniStage {
     fc3 = ops.prepare_linear(random({4, 16}, 12, 0.3f), nullptr, {});
     fc4 = ops.prepare_linear(random({3, 16}, 13, 0.3f), nullptr, {});
     fc5 = ops.prepare_linear(random({4, 16}, 14, 0.3f), nullptr, {});
+    fc6 = ops.prepare_linear(random({8, 16}, 15, 0.3f), nullptr, {});
+    fc7 = ops.prepare_linear(random({16, 8}, 16, 0.3f), &b1, {.relu = true});
     gamma = random({8}, 9);
     beta = random({8}, 10);
     row = random({8}, 11);
@@ -77,7 +79,9 @@ struct MiniStage {
     Tensor tokens = d.reshape({2 * 9 * 11, 7});
     Tensor h = ops.linear(tokens, fc1, "fc1");
     Tensor q = ops.linear(h, fc2, "fc2");                              // [198, 8]
-    Tensor n = ops.add_layer_norm(ops.layer_norm(q, gamma, beta, 1e-5f, "norm0"), q, gamma, beta, 1e-5f, "norm");
+    Tensor n0 = ops.add_layer_norm(ops.layer_norm(q, gamma, beta, 1e-5f, "norm0"), q, gamma, beta, 1e-5f, "norm1");
+    // An FFN back to 8 channels (fc6 16 -> 8 after fc7 8 -> 16 with ReLU), its residual and norm.
+    Tensor n = ops.ffn_norm(n0, fc7, fc6, gamma, beta, 1e-5f, DType::kF32, "ffn");
     Tensor s = ops.softmax(ops.add_rows(n, row), "softmax");
     Tensor sig = ops.sigmoid(s);
     Tensor inv = ops.inverse_sigmoid(sig);

@@ -94,6 +94,8 @@ class Backend {
   // sampling locations and msda as one op); the model runs them op by op otherwise. Decorators
   // forward it, as fuses_bottleneck.
   virtual bool fuses_deformable_attention() const { return false; }
+  // Whether it runs Ops::ffn_norm (a layer's FFN, residual and norm as one op); likewise.
+  virtual bool fuses_ffn() const { return false; }
 
   // Runs a recorded stage with `bindings` applied for this execution only. With `times` (a
   // profiled run) one OpTime per node is appended, in node order. The default runs node by node

@@ -23,6 +23,7 @@ namespace bev {
   X(bottleneck)           \
   X(deform_conv2d)        \
   X(linear)               \
+  X(ffn_norm)             \
   X(batched_matmul)       \
   X(attention)            \
   X(layer_norm)           \
@@ -138,6 +139,16 @@ struct LinearAttrs {
   bool relu = false;
 };
 
+// A post-norm transformer layer's FFN with its residual and norm as one op (Ops::ffn_norm):
+// layer_norm(x + fc2(relu(fc1(x)))) with the model's own prepared linears, run chunk by chunk
+// so that the hidden rows stay in cache.
+struct FfnNormAttrs {
+  std::shared_ptr<const void> fc1, fc2;  // prepared linears (fc1 with its ReLU)
+  Shape fc1_weight_shape, fc2_weight_shape;  // [out, in] (FLOP counts)
+  DType hidden = DType::kF32;  // fc1's output as the ops one by one keep it (bf16 in bf16 arithmetic)
+  float eps = 1e-5f;
+};
+
 struct BatchedMatmulAttrs {
   bool transpose_b = false;
   float scale = 1.0f;
@@ -210,7 +221,8 @@ struct CountNonfiniteAttrs {
   int64_t groups = 1;  // x as [groups, rest]: one count per group (per sample of a batch)
 };
 
-using OpAttrs = std::variant<std::monostate, Conv2dAttrs, BottleneckAttrs, DeformConv2dAttrs, LinearAttrs, BatchedMatmulAttrs,
+using OpAttrs = std::variant<std::monostate, Conv2dAttrs, BottleneckAttrs, DeformConv2dAttrs, LinearAttrs, FfnNormAttrs,
+                             BatchedMatmulAttrs,
                              AttentionAttrs, LayerNormAttrs, InverseSigmoidAttrs, MsdaAttrs, DeformableAttentionAttrs,
                              SamplingLocationsAttrs,
                              BboxDenormalizeAttrs, TopkAttrs, ConcatAttrs, PermuteAttrs, CountNonfiniteAttrs>;

@@ -398,6 +398,37 @@ Tensor Ops::linear(const Tensor& x, const PreparedWeights& w, std::string label,
   return emit(std::move(n));
 }
 
+Tensor Ops::ffn_norm(const Tensor& x, const PreparedWeights& fc1, const PreparedWeights& fc2, const Tensor& gamma,
+                     const Tensor& beta, float eps, DType hidden, std::string label) {
+  const char* op = "ffn_norm";
+  expect_rank(op, label, "x", x, 2);
+  expect_f32(op, label, "x", x);
+  expect_float_dtype(op, label, "hidden", hidden);
+  expect_prepared_by(op, label, fc1, backend_);
+  expect_prepared_by(op, label, fc2, backend_);
+  const auto relu_of = [](const PreparedWeights& w) {
+    const auto* a = std::get_if<LinearAttrs>(&w.attrs);
+    return w.kind == OpKind::linear && a && w.weight_shape.size() == 2 ? std::optional<bool>(a->relu) : std::nullopt;
+  };
+  if (relu_of(fc1) != std::optional<bool>(true) || relu_of(fc2) != std::optional<bool>(false))
+    shape_error(op, label, "layers that are not linears with ReLU then without", "fc1: a linear with ReLU; fc2: without");
+  const int64_t c = x.size(1), h = fc1.weight_shape[0];
+  if (fc1.weight_shape[1] != c || fc2.weight_shape != Shape{c, h})
+    shape_error(op, label, "x " + x.describe() + " for layers " + shape_str(fc1.weight_shape) + " and " +
+                               shape_str(fc2.weight_shape), "fc1 [H, C] and fc2 [C, H] with x [M, C]");
+  if (gamma.shape() != Shape{c} || beta.shape() != Shape{c})
+    shape_error(op, label, "gamma " + gamma.describe() + ", beta " + beta.describe() + " for " + x.describe(),
+                "[" + std::to_string(c) + "]");
+  FfnNormAttrs a;
+  a.fc1 = fc1.state;
+  a.fc2 = fc2.state;
+  a.fc1_weight_shape = fc1.weight_shape;
+  a.fc2_weight_shape = fc2.weight_shape;
+  a.hidden = hidden;
+  a.eps = eps;
+  return emit({OpKind::ffn_norm, std::move(label), std::move(a), {x, gamma, beta}, {output(x.shape())}, nullptr});
+}
+
 Tensor Ops::batched_matmul(const Tensor& a, const Tensor& b, const BatchedMatmulAttrs& attrs, std::string label) {
   expect_rank("batched_matmul", label, "a", a, 3);
   expect_rank("batched_matmul", label, "b", b, 3);

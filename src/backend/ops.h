@@ -91,6 +91,12 @@ class Ops {
   // backend runs in bf16; `out` is the output's dtype, bf16 likewise only in bf16 (for tensors
   // only linears and msda read: half the bytes, and no conversion in the reader).
   Tensor linear(const Tensor& x, const PreparedWeights& w, std::string label = {}, DType out = DType::kF32);
+  // A post-norm layer's FFN, residual and norm as one op where backend().fuses_ffn() says so:
+  // layer_norm(x + fc2(relu(fc1(x)))) with the bits of those ops one by one, fc1's output kept in
+  // `hidden` (f32, or bf16 when the backend runs in bf16) as linear(..., hidden) keeps it. x f32
+  // [M, C]; fc1 C -> H with ReLU, fc2 H -> C without; gamma, beta [C] -> [M, C] f32.
+  Tensor ffn_norm(const Tensor& x, const PreparedWeights& fc1, const PreparedWeights& fc2, const Tensor& gamma,
+                  const Tensor& beta, float eps, DType hidden, std::string label = {});
   Tensor batched_matmul(const Tensor& a, const Tensor& b, const BatchedMatmulAttrs& attrs, std::string label = {});
   // Per sample and head: softmax(scale * q k^T) v over the head's C / heads columns;
   // q [B, Q, C], k and v [B, K, C] -> [B, Q, C].

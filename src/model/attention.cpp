@@ -55,6 +55,14 @@ Tensor ffn_forward(Ops& ops, const FfnWeights& f, const Tensor& x, const std::st
   return ops.linear(h, f.fc2, label + ".layers.1");
 }
 
+Tensor ffn_norm_forward(Ops& ops, const FfnWeights& f, const LayerNormWeights& norm, const Tensor& x,
+                        const std::string& label, const std::string& norm_label) {
+  if (ops.backend().fuses_ffn()) {
+    return ops.ffn_norm(x, f.fc1, f.fc2, norm.weight, norm.bias, 1e-5f, compact_dtype(ops), label);
+  }
+  return add_norm_forward(ops, norm, x, ffn_forward(ops, f, x, label), norm_label);
+}
+
 // ---- TemporalSelfAttention ----
 
 TsaWeights load_tsa(Ops& ops, const WeightSource& w, const std::string& p, int num_bev_queue) {

@@ -27,6 +27,10 @@ struct FfnWeights {
 };
 FfnWeights load_ffn(Ops& ops, const WeightSource& w, const std::string& prefix);
 Tensor ffn_forward(Ops& ops, const FfnWeights& f, const Tensor& x, const std::string& label);
+// The layer's FFN with its residual and norm: add_norm_forward(norm, x, ffn_forward(x)), as one op
+// (Ops::ffn_norm) where the backend fuses it.
+Tensor ffn_norm_forward(Ops& ops, const FfnWeights& f, const LayerNormWeights& norm, const Tensor& x,
+                        const std::string& label, const std::string& norm_label);
 
 // The dtype of an activation that only linears and msda read (deformable attention's projected
 // values and the rows they are projected from, TSA's query_cat, SCA's rebatched queries, the FFN's

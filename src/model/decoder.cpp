@@ -71,7 +71,7 @@ DecoderOutputs decoder_forward(Ops& ops, const DecoderWeights& w, const HeadWeig
                                                cfg.head.bev_h, cfg.head.bev_w, p + ".attentions.1", batch),
                          p + ".norms.1");
     ops.set_stage(stage + ".ffn");
-    x = add_norm_forward(ops, l.norms[2], x, ffn_forward(ops, l.ffn, x, p + ".ffns.0"), p + ".norms.2");
+    x = ffn_norm_forward(ops, l.ffn, l.norms[2], x, p + ".ffns.0", p + ".norms.2");
     ops.set_stage(stage + ".reg");
     const std::string r = "reg_branches." + std::to_string(i);
     const Tensor reg = reg_branch_forward(ops, head.reg[i], x, r);

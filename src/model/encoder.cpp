@@ -122,7 +122,7 @@ Tensor encoder_forward(Ops& ops, const EncoderWeights& w, const ModelConfig& cfg
     x = add_norm_forward(ops, l.norms[1], x, sca_forward(ops, l.sca, t.sca, x, in.sca[i], p + ".attentions.1"),
                          p + ".norms.1");
     ops.set_stage(stage + ".ffn");
-    x = add_norm_forward(ops, l.norms[2], x, ffn_forward(ops, l.ffn, x, p + ".ffns.0"), p + ".norms.2");
+    x = ffn_norm_forward(ops, l.ffn, l.norms[2], x, p + ".ffns.0", p + ".norms.2");
     if (taps) taps->put("dbg.enc_layer." + std::to_string(i), x.reshape({1, hw, c}));
   }
   ops.set_stage("enc.out");

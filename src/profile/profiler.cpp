@@ -131,6 +131,7 @@ double flops_per_output_element(OpKind kind) {
     case OpKind::bottleneck:
     case OpKind::deform_conv2d:
     case OpKind::linear:
+    case OpKind::ffn_norm:
     case OpKind::batched_matmul:
     case OpKind::attention:
     case OpKind::msda:
@@ -178,6 +179,13 @@ double op_flops(const OpNode& n) {
     }
     case OpKind::linear:  // out [M, N], weight [N, K]
       return n.weight_shape.size() == 2 ? 2 * out * static_cast<double>(n.weight_shape[1]) : 0;
+    case OpKind::ffn_norm: {  // both linears, the ReLU, the residual sum and the norm
+      const auto* a = std::get_if<FfnNormAttrs>(&n.attrs);
+      if (!a || a->fc1_weight_shape.size() != 2) return 0;
+      const double rows = static_cast<double>(n.inputs[0].size(0)), hidden = static_cast<double>(a->fc1_weight_shape[0]);
+      return 4 * rows * hidden * static_cast<double>(a->fc1_weight_shape[1]) + rows * hidden +
+             (flops_per_output_element(OpKind::layer_norm) + 1) * out;
+    }
     case OpKind::batched_matmul:  // a [B, M, K] -> out [B, M, N]
       return 2 * out * static_cast<double>(n.inputs[0].size(2));
     case OpKind::attention: {  // q k^T and p v, 2 * Q * K * C each, + softmax's 5 per score
@@ -230,6 +238,15 @@ double op_bytes(const OpNode& n, Precision precision) {
       const double w = product(n.weight_shape) * weight_element;
       const double bias = n.weight_shape.empty() ? 0 : static_cast<double>(n.weight_shape[0]) * 4;
       return in + out + w + bias;
+    }
+    case OpKind::ffn_norm: {  // x and y once (the hidden rows stay in cache), both weights and biases
+      const auto* a = std::get_if<FfnNormAttrs>(&n.attrs);
+      double w = 0;
+      if (a) {
+        for (const Shape* s : {&a->fc1_weight_shape, &a->fc2_weight_shape})
+          if (s->size() == 2) w += product(*s) * weight_element + static_cast<double>((*s)[0]) * 4;
+      }
+      return in + out + w;
     }
     case OpKind::bottleneck: {  // x and y once (fused, the intermediates stay in cache), the weights
       const auto* a = std::get_if<BottleneckAttrs>(&n.attrs);

@@ -72,7 +72,9 @@ void deformable_attention(const Tensor& query, const Tensor& reference, const Te
   // block on its own cache lines. The calling thread's buffer, which only grows.
   const auto block = [](int64_t floats) { return (floats + 31) / 32 * 32; };
   const int64_t offsets_floats = block(chunk * 2 * samples), weights_floats = block(chunk * samples);
-  const int64_t lane_floats = offsets_floats + weights_floats;
+  // The query's bf16 copy where the linears convert it (the decoder's f32 query in bf16).
+  const int64_t conversion_floats = block((offsets_rows.conversion_bytes(chunk) + 3) / 4);
+  const int64_t lane_floats = offsets_floats + weights_floats + conversion_floats;
   thread_local std::vector<float> buffer;
   const auto need = static_cast<size_t>(lane_floats * lanes + 16);
   if (buffer.size() < need) buffer.resize(need);
@@ -94,8 +96,9 @@ void deformable_attention(const Tensor& query, const Tensor& reference, const Te
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t r0 = c * chunk, n = std::min(chunk, rows - r0);
       const void* x = q + static_cast<size_t>(r0) * q_row;
-      offsets_rows.run(x, n, offsets, lane);
-      weights_rows.run(x, n, weights, lane);
+      float* conversion = conversion_floats > 0 ? weights + weights_floats : nullptr;
+      offsets_rows.run(x, n, offsets, lane, conversion);
+      weights_rows.run(x, n, weights, lane, conversion);
       softmax_rows(weights, weights, softmax_cols, 0, n * samples / softmax_cols);
       sampling_locations_rows(offsets, ref + r0 * lr * r_len * d_len, lr, r_len, d_len, heads, points,
                               a.msda.spatial_shapes, offsets, 0, n);

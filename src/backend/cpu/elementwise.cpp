@@ -421,21 +421,24 @@ void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float 
   const float* g = gamma.data<float>();
   const float* b = beta.data<float>();
   float* yp = y.data<float>();
-  const bool f = avx512::has_f();
   // Chunks of about 16 KiB: with a residual, the sums are made into y and normalized in place
   // while they are in L1 (the row kernels read a row fully before writing it).
-  for_chunks(pool, rows, std::max<int64_t>(1, 4096 / c_len), [&](int64_t r0, int64_t r1) {
-    const float* src = xp;
-    if (rp) {
-      for (int64_t i = r0 * c_len; i < r1 * c_len; ++i) yp[i] = xp[i] + rp[i];
-      src = yp;
-    }
-    if (f) {
-      ln_rows_avx512(src, g, b, eps, yp, c_len, r0, r1);
-    } else {
-      ln_rows_scalar(src, g, b, eps, yp, c_len, r0, r1);
-    }
-  });
+  for_chunks(pool, rows, std::max<int64_t>(1, 4096 / c_len),
+             [&](int64_t r0, int64_t r1) { layer_norm_rows(xp, rp, g, b, eps, yp, c_len, r0, r1); });
+}
+
+void layer_norm_rows(const float* x, const float* residual, const float* gamma, const float* beta, float eps, float* y,
+                     int64_t c_len, int64_t r0, int64_t r1) {
+  const float* src = x;
+  if (residual) {
+    for (int64_t i = r0 * c_len; i < r1 * c_len; ++i) y[i] = x[i] + residual[i];
+    src = y;
+  }
+  if (avx512::has_f()) {
+    ln_rows_avx512(src, gamma, beta, eps, y, c_len, r0, r1);
+  } else {
+    ln_rows_scalar(src, gamma, beta, eps, y, c_len, r0, r1);
+  }
 }
 
 void softmax_rows(const float* x, float* y, int64_t c_len, int64_t r0, int64_t r1) {

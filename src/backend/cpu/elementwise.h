@@ -34,6 +34,11 @@ void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float 
 // Softmax over the last dim: exp(x - max) / sum, the sum in f32, then multiplied by 1/sum as
 // PyTorch's CPU kernel does. A row of all -inf gives NaN (as PyTorch). In place allowed.
 void softmax(const Tensor& x, Tensor& y, ThreadPool* pool = nullptr);
+// layer_norm (with residual: of x + residual) over rows [r0, r1) of contiguous [rows, c_len]
+// tensors, on the calling thread (y may be x or residual): the kernel layer_norm runs on each
+// chunk of its pool.
+void layer_norm_rows(const float* x, const float* residual, const float* gamma, const float* beta, float eps, float* y,
+                     int64_t c_len, int64_t r0, int64_t r1);
 // softmax over rows [r0, r1) of a contiguous [rows, c_len] (y may be x), on the calling thread:
 // the kernel softmax runs on each chunk of its pool.
 void softmax_rows(const float* x, float* y, int64_t c_len, int64_t r0, int64_t r1);

@@ -247,13 +247,14 @@ void Linear::run_chunks(const Tensor& x, Tensor& y, int64_t m, int64_t rows, Thr
   });
 }
 
-Linear::RowRunner::RowRunner(const Linear& linear, bool bf16_in, int64_t chunk_rows, int64_t last_rows, int lanes)
+Linear::RowRunner::RowRunner(const Linear& linear, bool bf16_in, int64_t chunk_rows, int64_t last_rows, int lanes,
+                             bool bf16_out)
     : s_(*linear.state_), lock_(linear.state_->mu), bf16_in_(bf16_in), rows_{chunk_rows, last_rows} {
-  if (bf16_in && s_.precision != Precision::kBF16)
+  if ((bf16_in || bf16_out) && s_.precision != Precision::kBF16)
     invalid("cpu::Linear", "bf16 rows for a linear in " + std::string(precision_name(s_.precision)), "f32 rows");
   for (int i = 0; i < 2; ++i) {
     if (rows_[i] < 1) invalid("cpu::Linear", "chunk of " + std::to_string(rows_[i]) + " rows", "at least one row");
-    State::Plan& p = s_.plan_for(rows_[i], bf16_in, false);
+    State::Plan& p = s_.plan_for(rows_[i], bf16_in, bf16_out);
     while (static_cast<int>(p.lanes.size()) < lanes) {
       p.lanes.push_back({unbound(p.src_f32_md), unbound(p.pd.src_desc()), unbound(p.dst_md),
                          dnnl::memory(p.pd.scratchpad_desc(), engine())});
@@ -262,7 +263,11 @@ Linear::RowRunner::RowRunner(const Linear& linear, bool bf16_in, int64_t chunk_r
   }
 }
 
-void Linear::RowRunner::run(const void* x, int64_t rows, float* y, int lane) const {
+int64_t Linear::RowRunner::conversion_bytes(int64_t rows) const {
+  return !bf16_in_ && s_.precision == Precision::kBF16 ? rows * s_.in * 2 : 0;
+}
+
+void Linear::RowRunner::run(const void* x, int64_t rows, void* y, int lane, void* conversion) const {
   const int i = rows == rows_[0] ? 0 : rows == rows_[1] ? 1 : -1;
   if (i < 0) throw Error(ErrorKind::kInternal, "chunk of " + std::to_string(rows) + " rows was not announced").where("cpu::Linear");
   State::Plan& p = *static_cast<State::Plan*>(plans_[i]);
@@ -276,7 +281,10 @@ void Linear::RowRunner::run(const void* x, int64_t rows, float* y, int lane) con
     src = l.src_bf16.get();
   } else if (s_.precision == Precision::kBF16) {
     l.src.set_data_handle(const_cast<void*>(x));
-    bind_conversion_scratch(l.src_bf16, 0);
+    if (conversion)
+      l.src_bf16.set_data_handle(conversion);
+    else
+      bind_conversion_scratch(l.src_bf16, 0);
     execute_reorder(p.src_to_bf16, st, l.src, l.src_bf16);
     src = l.src_bf16.get();
   } else {

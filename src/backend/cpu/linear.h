@@ -55,13 +55,19 @@ class Linear {
   // outside the region: it holds the linear's lock for its life and makes the primitives for the
   // two chunk lengths the op uses (its chunks and its last one); run() is then called by each
   // pool participant (`lane` below `lanes`) on its own rows. x rows are bf16 when `bf16_in` (bf16
-  // precision), else f32. A row's sums are those of run() over all rows at once (oneDNN's matmul
+  // precision), else f32; y rows f32, or bf16 when `bf16_out` (bf16 precision). A row's sums are those of run() over all rows at once (oneDNN's matmul
   // computes a row alike for every M: the tests compare the bits). Allocates nothing once the
   // primitives exist (a replayed plan's calls).
   class RowRunner {
    public:
-    RowRunner(const Linear& linear, bool bf16_in, int64_t chunk_rows, int64_t last_rows, int lanes);
-    void run(const void* x, int64_t rows, float* y, int lane) const;
+    RowRunner(const Linear& linear, bool bf16_in, int64_t chunk_rows, int64_t last_rows, int lanes,
+              bool bf16_out = false);
+    // f32 rows of a bf16 linear are converted into `conversion` (rows * in bf16 values, the
+    // caller's per-lane scratch: pool threads take chunks in any order, so a thread's own scratch
+    // could first grow during a replay).
+    void run(const void* x, int64_t rows, void* y, int lane, void* conversion = nullptr) const;
+    // Bytes `conversion` needs for `rows` rows (0 where nothing is converted).
+    int64_t conversion_bytes(int64_t rows) const;
 
    private:
     State& s_;
