@@ -42,6 +42,14 @@ void expect_same_shape(const char* op, const std::string& label, const Tensor& a
 }
 
 // Prepared state is the preparing backend's private memory: another backend cannot run it.
+// For the fused ops that run the model's own linears: whether w is a linear with ReLU, none when
+// it is not a linear.
+std::optional<bool> linear_relu(const PreparedWeights& w) {
+  const auto* a = std::get_if<LinearAttrs>(&w.attrs);
+  if (w.kind != OpKind::linear || !a || w.weight_shape.size() != 2) return std::nullopt;
+  return a->relu;
+}
+
 void expect_prepared_by(const char* op, const std::string& label, const PreparedWeights& w, const Backend& backend) {
   if (w.backend != &backend) {
     shape_error(op, label, w.backend ? std::string("weights prepared by the ") + w.backend->name() + " backend"
@@ -406,11 +414,7 @@ Tensor Ops::ffn_norm(const Tensor& x, const PreparedWeights& fc1, const Prepared
   expect_float_dtype(op, label, "hidden", hidden);
   expect_prepared_by(op, label, fc1, backend_);
   expect_prepared_by(op, label, fc2, backend_);
-  const auto relu_of = [](const PreparedWeights& w) {
-    const auto* a = std::get_if<LinearAttrs>(&w.attrs);
-    return w.kind == OpKind::linear && a && w.weight_shape.size() == 2 ? std::optional<bool>(a->relu) : std::nullopt;
-  };
-  if (relu_of(fc1) != std::optional<bool>(true) || relu_of(fc2) != std::optional<bool>(false))
+  if (linear_relu(fc1) != std::optional<bool>(true) || linear_relu(fc2) != std::optional<bool>(false))
     shape_error(op, label, "layers that are not linears with ReLU then without", "fc1: a linear with ReLU; fc2: without");
   const int64_t c = x.size(1), h = fc1.weight_shape[0];
   if (fc1.weight_shape[1] != c || fc2.weight_shape != Shape{c, h})
@@ -553,11 +557,8 @@ Tensor Ops::deformable_attention(const Tensor& query, const Tensor& reference, c
     shape_error(op, label, "value is " + value.describe(), "f32 or bf16");
   expect_prepared_by(op, label, sampling_offsets, backend_);
   expect_prepared_by(op, label, attention_weights, backend_);
-  const auto plain_linear = [](const PreparedWeights& w) {
-    const auto* a = std::get_if<LinearAttrs>(&w.attrs);
-    return w.kind == OpKind::linear && a && !a->relu && w.weight_shape.size() == 2;
-  };
-  if (!plain_linear(sampling_offsets) || !plain_linear(attention_weights))
+  if (linear_relu(sampling_offsets) != std::optional<bool>(false) ||
+      linear_relu(attention_weights) != std::optional<bool>(false))
     shape_error(op, label, "projections that are not plain linears", "sampling_offsets and attention_weights linears without ReLU");
   const int64_t rows = query.size(0), c = query.size(1), bs = value.size(0), heads = value.size(2);
   const auto n_levels = static_cast<int64_t>(levels.spatial_shapes.size());

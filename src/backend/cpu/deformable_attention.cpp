@@ -2,19 +2,22 @@
 
 #include <algorithm>
 #include <string>
-#include <vector>
 
 #include "backend/cpu/attention_glue.h"
 #include "backend/cpu/elementwise.h"
+#include "backend/cpu/kernel_check.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/msda.h"
+#include "backend/cpu/row_chunks.h"
 #include "bevformer/error.h"
 
 namespace bev::cpu {
 namespace {
 
+constexpr const char* kOp = "deformable_attention";
+
 [[noreturn]] void invalid(const std::string& problem, const std::string& expected) {
-  throw Error(ErrorKind::kInvalidInput, problem).where("deformable_attention").expected(expected);
+  throw Error(ErrorKind::kInvalidInput, problem).where(kOp).expected(expected);
 }
 
 // A participant's chunk takes about this much scratch: its offsets (then locations) and weights.
@@ -33,9 +36,8 @@ void deformable_attention(const Tensor& query, const Tensor& reference, const Te
   const bool bf16_in = query.defined() && query.dtype() == DType::kBF16;
   if (!query.defined() || query.device() != Device::kCpu || query.dim() != 2 || !query.is_contiguous() ||
       (query.dtype() != DType::kF32 && !bf16_in) || query.size(1) != offsets_linear.in_features())
-    invalid("query is " + (query.defined() ? query.describe() : std::string("undefined")),
-            "contiguous host f32 or bf16 [M, " + std::to_string(offsets_linear.in_features()) + "]");
-  if (value.dim() != 4) invalid("value is " + value.describe(), "[bs, Lv, heads, hd]");
+    bad_tensor(kOp, query, "query", "contiguous host f32 or bf16 [M, " + std::to_string(offsets_linear.in_features()) + "]");
+  if (value.dim() != 4) bad_tensor(kOp, value, "value", "[bs, Lv, heads, hd]");
   const int64_t rows = query.size(0), bs = value.size(0), heads = value.size(2), hd = value.size(3);
   const auto levels = static_cast<int64_t>(a.msda.spatial_shapes.size());
   const int64_t points = a.points, samples = heads * levels * points;
@@ -45,60 +47,42 @@ void deformable_attention(const Tensor& query, const Tensor& reference, const Te
                 std::to_string(weights_linear.out_features()) + " for " + std::to_string(heads) + " heads, " +
                 std::to_string(levels) + " levels, " + std::to_string(points) + " points",
             std::to_string(2 * samples) + " offsets and " + std::to_string(samples) + " weights per query");
-  if (bs < 1 || rows % bs != 0) invalid("query is " + query.describe() + " for value " + value.describe(), "bs * Lq rows");
+  if (bs < 1 || rows % bs != 0) bad_tensor(kOp, query, "query", "bs * Lq rows for value " + value.describe());
   if (!reference.defined() || reference.device() != Device::kCpu || reference.dtype() != DType::kF32 ||
       reference.dim() != 4 || reference.size(0) != rows || !reference.is_contiguous())
-    invalid("reference is " + (reference.defined() ? reference.describe() : std::string("undefined")),
-            "contiguous host f32 [" + std::to_string(rows) + ", Lr, R, D]");
-  if (!out.defined() || out.shape() != Shape{rows, heads * hd})
-    invalid("out is " + (out.defined() ? out.describe() : std::string("undefined")),
-            "f32 [" + std::to_string(rows) + ", " + std::to_string(heads * hd) + "]");
+    bad_tensor(kOp, reference, "reference", "contiguous host f32 [" + std::to_string(rows) + ", Lr, R, D]");
+  const int64_t lr = reference.size(1), r_len = reference.size(2);
+  if ((lr != 1 && lr != levels) || r_len < 1 || points % r_len != 0 || reference.size(3) < 2)
+    bad_tensor(kOp, reference, "reference",
+               "[M, 1 or " + std::to_string(levels) + ", R dividing " + std::to_string(points) + ", >= 2]");
+  if (!out.defined() || out.shape() != Shape{rows, heads * hd}) bad_tensor(kOp, out, "out", "f32 [M, heads * hd]");
   if (rows == 0) return;
   const int64_t lq = rows / bs;
   Tensor out3 = out.reshape({bs, lq, heads * hd});  // (Shape is inline: replays allocate nothing)
   const int lanes = pool.size();
   const MsdaChunks msda(value, a.msda.spatial_shapes, a.msda.level_start, lq, points, out3, lanes);
 
-  // Chunks of 16-row multiples, at most a participant's share of the rows so that every
-  // participant gets some.
-  const int64_t row_bytes = 3 * samples * static_cast<int64_t>(sizeof(float));
-  const int64_t share = ((rows + lanes - 1) / lanes + 15) / 16 * 16;
-  const int64_t chunk = std::clamp<int64_t>(kChunkBytes / row_bytes / 16 * 16, 16, std::max<int64_t>(16, share));
-  const int64_t chunks = (rows + chunk - 1) / chunk, tail = rows - (chunks - 1) * chunk;
-  const Linear::RowRunner offsets_rows(offsets_linear, bf16_in, chunk, tail, lanes);
-  const Linear::RowRunner weights_rows(weights_linear, bf16_in, chunk, tail, lanes);
-
-  // Per participant: offsets (2 * samples per row, then the locations in place) and weights, each
-  // block on its own cache lines. The calling thread's buffer, which only grows.
-  const auto block = [](int64_t floats) { return (floats + 31) / 32 * 32; };
-  const int64_t offsets_floats = block(chunk * 2 * samples), weights_floats = block(chunk * samples);
-  // The query's bf16 copy where the linears convert it (the decoder's f32 query in bf16).
-  const int64_t conversion_floats = block((offsets_rows.conversion_bytes(chunk) + 3) / 4);
-  const int64_t lane_floats = offsets_floats + weights_floats + conversion_floats;
-  thread_local std::vector<float> buffer;
-  const auto need = static_cast<size_t>(lane_floats * lanes + 16);
-  if (buffer.size() < need) buffer.resize(need);
-  float* base = buffer.data() + (16 - reinterpret_cast<uintptr_t>(buffer.data()) / sizeof(float) % 16) % 16;
+  const RowChunks chunks = row_chunks(rows, 3 * samples * static_cast<int64_t>(sizeof(float)), lanes, kChunkBytes);
+  const Linear::RowRunner offsets_rows(offsets_linear, bf16_in, chunks.rows, chunks.last, lanes);
+  const Linear::RowRunner weights_rows(weights_linear, bf16_in, chunks.rows, chunks.last, lanes);
+  // Per participant: offsets (2 * samples per row, then the locations in place) and weights.
+  const int64_t offsets_bytes = line_pairs(chunks.rows * 2 * samples * 4);
+  const int64_t lane_bytes = offsets_bytes + line_pairs(chunks.rows * samples * 4);
+  char* base = lane_scratch(lane_bytes, lanes);
 
   const auto* q = static_cast<const char*>(query.raw_data());
   const size_t q_row = static_cast<size_t>(query.size(1)) * dtype_size(query.dtype());
   const int64_t softmax_cols = a.softmax_per_level ? points : levels * points;
   const float* ref = reference.data<float>();
-  const int64_t lr = reference.size(1), r_len = reference.size(2), d_len = reference.size(3);
-  if ((lr != 1 && lr != levels) || r_len < 1 || points % r_len != 0 || d_len < 2)
-    invalid("reference is " + reference.describe(), "[M, 1 or " + std::to_string(levels) + ", R dividing " +
-                                                        std::to_string(points) + ", >= 2]");
-  // One contiguous run of chunks per participant (as Linear's chunks: each streams its own rows).
-  const int64_t grain = std::max<int64_t>(1, chunks / lanes);
-  pool.parallel_for_indexed(chunks, grain, [&](int64_t c0, int64_t c1, int lane) {
-    float* offsets = base + lane * lane_floats;
-    float* weights = offsets + offsets_floats;
+  const int64_t d_len = reference.size(3);
+  pool.parallel_for_indexed(chunks.count, chunks.grain, [&](int64_t c0, int64_t c1, int lane) {
+    auto* offsets = reinterpret_cast<float*>(base + lane * lane_bytes);
+    auto* weights = reinterpret_cast<float*>(base + lane * lane_bytes + offsets_bytes);
     for (int64_t c = c0; c < c1; ++c) {
-      const int64_t r0 = c * chunk, n = std::min(chunk, rows - r0);
+      const int64_t r0 = c * chunks.rows, n = std::min(chunks.rows, rows - r0);
       const void* x = q + static_cast<size_t>(r0) * q_row;
-      float* conversion = conversion_floats > 0 ? weights + weights_floats : nullptr;
-      offsets_rows.run(x, n, offsets, lane, conversion);
-      weights_rows.run(x, n, weights, lane, conversion);
+      offsets_rows.run(x, n, offsets, lane);
+      weights_rows.run(x, n, weights, lane);
       softmax_rows(weights, weights, softmax_cols, 0, n * samples / softmax_cols);
       sampling_locations_rows(offsets, ref + r0 * lr * r_len * d_len, lr, r_len, d_len, heads, points,
                               a.msda.spatial_shapes, offsets, 0, n);

@@ -74,12 +74,22 @@ struct Linear::State {
   PackedWeights weights;  // the first layout made at construction, for a representative M
   struct Plan : MatmulPlan {
     dnnl::memory weights;
-    // Chunked runs (see kChunkBytes): per thread, handles for its chunk's f32 rows, bf16 rows
-    // and output rows, and its own scratchpad; made on the first chunked run with this M.
+    // Chunked runs (run_chunks, RowRunner): per pool participant, handles for its chunk's x and
+    // output rows, its own scratchpad and, where x is converted, its own bf16 rows (the lane's
+    // memory, not the thread's conversion scratch: the pool's threads take chunks in any order,
+    // so a thread's scratch could first grow during a replay). Made on the first chunked run.
     struct Lane {
       dnnl::memory src, src_bf16, dst, scratchpad;
     };
     std::vector<Lane> lanes;
+    void add_lanes(int n) {
+      const bool converts = src_to_bf16.get(true) != nullptr;
+      while (static_cast<int>(lanes.size()) < n) {
+        lanes.push_back({unbound(src_f32_md),
+                         converts ? dnnl::memory(pd.src_desc(), engine()) : unbound(pd.src_desc()),
+                         unbound(dst_md), dnnl::memory(pd.scratchpad_desc(), engine())});
+      }
+    }
   };
   std::mutex mu;
   std::map<std::tuple<int64_t, bool, bool>, Plan> plans;  // by M and whether x, y are bf16
@@ -120,6 +130,25 @@ struct Linear::State {
     p.src = unbound(p.src_f32_md);
     p.dst = unbound(p.dst_md);
     return plans.emplace(std::make_tuple(m, bf16_in, bf16_out), std::move(p)).first->second;
+  }
+
+  // One chunk of p's rows on the calling thread and lane l: x's rows (bf16 as they lie, f32
+  // multiplied as they lie, or f32 converted into the lane's bf16 rows) into y's.
+  void run_lane(Plan& p, Plan::Lane& l, const void* x, void* y) const {
+    dnnl::stream& st = stream();
+    l.dst.set_data_handle(y);
+    dnnl_memory_t src = nullptr;
+    if (p.src_to_bf16.get(true) != nullptr) {
+      l.src.set_data_handle(const_cast<void*>(x));
+      execute_reorder(p.src_to_bf16, st, l.src, l.src_bf16);
+      src = l.src_bf16.get();
+    } else {
+      // The plan's source descriptor is x's as it lies (bf16 rows, or f32 in f32 precision).
+      l.src_bf16.set_data_handle(const_cast<void*>(x));
+      src = l.src_bf16.get();
+    }
+    run_matmul(p, st, src, p.weights.get(), bias ? bias.get() : nullptr, l.dst.get(), l.scratchpad.get());
+    st.wait();
   }
 };
 
@@ -216,12 +245,8 @@ void Linear::run_chunks(const Tensor& x, Tensor& y, int64_t m, int64_t rows, Thr
   const int64_t chunks = (m + rows - 1) / rows, tail = m - (chunks - 1) * rows;
   State::Plan& full = s.plan_for(rows, false, bf16_out);
   State::Plan& last = s.plan_for(tail, false, bf16_out);
-  for (State::Plan* p : {&full, &last}) {
-    while (static_cast<int>(p->lanes.size()) < pool.size()) {
-      p->lanes.push_back({unbound(p->src_f32_md), unbound(p->pd.src_desc()), unbound(p->dst_md),
-                          dnnl::memory(p->pd.scratchpad_desc(), engine())});
-    }
-  }
+  full.add_lanes(pool.size());
+  last.add_lanes(pool.size());
   const auto* xp = static_cast<const char*>(x.raw_data());
   auto* yp = static_cast<char*>(y.raw_data());
   const size_t x_row = static_cast<size_t>(s.in) * 4, y_row = static_cast<size_t>(s.out) * dtype_size(y.dtype());
@@ -232,67 +257,32 @@ void Linear::run_chunks(const Tensor& x, Tensor& y, int64_t m, int64_t rows, Thr
   // (The pool makes at most chunks / grain pieces: a grain of chunks / size gives size pieces.)
   const int64_t grain = std::max<int64_t>(1, chunks / pool.size());
   pool.parallel_for_indexed(chunks, grain, [&](int64_t c0, int64_t c1, int lane) {
-    dnnl::stream& st = stream();
     for (int64_t c = c0; c < c1; ++c) {
       State::Plan& p = c + 1 == chunks ? last : full;
-      State::Plan::Lane& l = p.lanes[static_cast<size_t>(lane)];
-      l.src.set_data_handle(const_cast<char*>(xp + static_cast<size_t>(c * rows) * x_row));
-      l.dst.set_data_handle(yp + static_cast<size_t>(c * rows) * y_row);
-      bind_conversion_scratch(l.src_bf16, 0);
-      execute_reorder(p.src_to_bf16, st, l.src, l.src_bf16);
-      run_matmul(p, st, l.src_bf16.get(), p.weights.get(), s.bias ? s.bias.get() : nullptr, l.dst.get(),
-                 l.scratchpad.get());
-      st.wait();
+      s.run_lane(p, p.lanes[static_cast<size_t>(lane)], xp + static_cast<size_t>(c * rows) * x_row,
+                 yp + static_cast<size_t>(c * rows) * y_row);
     }
   });
 }
 
 Linear::RowRunner::RowRunner(const Linear& linear, bool bf16_in, int64_t chunk_rows, int64_t last_rows, int lanes,
                              bool bf16_out)
-    : s_(*linear.state_), lock_(linear.state_->mu), bf16_in_(bf16_in), rows_{chunk_rows, last_rows} {
+    : s_(*linear.state_), lock_(linear.state_->mu), rows_{chunk_rows, last_rows} {
   if ((bf16_in || bf16_out) && s_.precision != Precision::kBF16)
     invalid("cpu::Linear", "bf16 rows for a linear in " + std::string(precision_name(s_.precision)), "f32 rows");
   for (int i = 0; i < 2; ++i) {
     if (rows_[i] < 1) invalid("cpu::Linear", "chunk of " + std::to_string(rows_[i]) + " rows", "at least one row");
     State::Plan& p = s_.plan_for(rows_[i], bf16_in, bf16_out);
-    while (static_cast<int>(p.lanes.size()) < lanes) {
-      p.lanes.push_back({unbound(p.src_f32_md), unbound(p.pd.src_desc()), unbound(p.dst_md),
-                         dnnl::memory(p.pd.scratchpad_desc(), engine())});
-    }
+    p.add_lanes(lanes);
     plans_[i] = &p;
   }
 }
 
-int64_t Linear::RowRunner::conversion_bytes(int64_t rows) const {
-  return !bf16_in_ && s_.precision == Precision::kBF16 ? rows * s_.in * 2 : 0;
-}
-
-void Linear::RowRunner::run(const void* x, int64_t rows, void* y, int lane, void* conversion) const {
+void Linear::RowRunner::run(const void* x, int64_t rows, void* y, int lane) const {
   const int i = rows == rows_[0] ? 0 : rows == rows_[1] ? 1 : -1;
   if (i < 0) throw Error(ErrorKind::kInternal, "chunk of " + std::to_string(rows) + " rows was not announced").where("cpu::Linear");
   State::Plan& p = *static_cast<State::Plan*>(plans_[i]);
-  State::Plan::Lane& l = p.lanes.at(static_cast<size_t>(lane));
-  dnnl::stream& st = stream();
-  l.dst.set_data_handle(y);
-  dnnl_memory_t src = nullptr;
-  if (bf16_in_) {
-    // The plan's source is the bf16 rows as they lie (the lane's src_bf16 has its descriptor).
-    l.src_bf16.set_data_handle(const_cast<void*>(x));
-    src = l.src_bf16.get();
-  } else if (s_.precision == Precision::kBF16) {
-    l.src.set_data_handle(const_cast<void*>(x));
-    if (conversion)
-      l.src_bf16.set_data_handle(conversion);
-    else
-      bind_conversion_scratch(l.src_bf16, 0);
-    execute_reorder(p.src_to_bf16, st, l.src, l.src_bf16);
-    src = l.src_bf16.get();
-  } else {
-    l.src.set_data_handle(const_cast<void*>(x));
-    src = l.src.get();
-  }
-  run_matmul(p, st, src, p.weights.get(), s_.bias ? s_.bias.get() : nullptr, l.dst.get(), l.scratchpad.get());
-  st.wait();
+  s_.run_lane(p, p.lanes.at(static_cast<size_t>(lane)), x, y);
 }
 
 // ---- batched_matmul ----

@@ -62,17 +62,11 @@ class Linear {
    public:
     RowRunner(const Linear& linear, bool bf16_in, int64_t chunk_rows, int64_t last_rows, int lanes,
               bool bf16_out = false);
-    // f32 rows of a bf16 linear are converted into `conversion` (rows * in bf16 values, the
-    // caller's per-lane scratch: pool threads take chunks in any order, so a thread's own scratch
-    // could first grow during a replay).
-    void run(const void* x, int64_t rows, void* y, int lane, void* conversion = nullptr) const;
-    // Bytes `conversion` needs for `rows` rows (0 where nothing is converted).
-    int64_t conversion_bytes(int64_t rows) const;
+    void run(const void* x, int64_t rows, void* y, int lane) const;
 
    private:
     State& s_;
     std::unique_lock<std::mutex> lock_;
-    bool bf16_in_;
     int64_t rows_[2] = {0, 0};
     void* plans_[2] = {nullptr, nullptr};  // the State::Plan of each chunk length
   };
