@@ -51,13 +51,14 @@ class Linear {
   std::string impl_name(int64_t m) const;
 
   // This linear on chunks of rows from inside another op's parallel region (a fused op that
-  // consumes the f32 output while it is in cache: cpu::deformable_attention). Made once per call
-  // outside the region: it holds the linear's lock for its life and makes the primitives for the
-  // two chunk lengths the op uses (its chunks and its last one); run() is then called by each
-  // pool participant (`lane` below `lanes`) on its own rows. x rows are bf16 when `bf16_in` (bf16
-  // precision), else f32; y rows f32, or bf16 when `bf16_out` (bf16 precision). A row's sums are those of run() over all rows at once (oneDNN's matmul
-  // computes a row alike for every M: the tests compare the bits). Allocates nothing once the
-  // primitives exist (a replayed plan's calls).
+  // consumes the output while it is in cache: cpu::deformable_attention, cpu::ffn_norm). Made
+  // once per call outside the region: it holds the linear's lock for its life and makes the
+  // primitives and lanes for the two chunk lengths the op uses (its chunks and its last one);
+  // run() is then called by each pool participant (`lane` below `lanes`) on its own rows. x rows
+  // are bf16 when `bf16_in` (bf16 precision), else f32; y rows f32, or bf16 when `bf16_out` (bf16
+  // precision). A row's sums are those of run() over all rows at once (oneDNN's matmul computes
+  // a row alike for every M: the tests compare the bits). Allocates nothing once the primitives
+  // and lanes exist (a replayed plan's calls).
   class RowRunner {
    public:
     RowRunner(const Linear& linear, bool bf16_in, int64_t chunk_rows, int64_t last_rows, int lanes,
