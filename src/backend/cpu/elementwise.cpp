@@ -489,6 +489,46 @@ void relu(const Tensor& x, Tensor& y, ThreadPool* pool) {
   });
 }
 
+namespace {
+
+// Values in [b, e) whose exponent bits are all set (NaN or infinity): one integer test per value.
+template <typename Word>
+int64_t nonfinite_scalar(const Word* p, int64_t b, int64_t e) {
+  constexpr Word kExp = sizeof(Word) == 4 ? Word(0x7f800000u) : Word(0x7f80u);
+  int64_t c = 0;
+  for (int64_t i = b; i < e; ++i) c += (p[i] & kExp) == kExp;
+  return c;
+}
+
+// The same 64 bytes a step: the build targets baseline x86-64, whose auto-vectorized loop read the
+// base frame's 95 MB of image features at 7 GB/s (13 ms), where memory gives 28.
+__attribute__((target("avx512f,avx512bw"))) int64_t nonfinite_avx512(const uint32_t* p, int64_t b, int64_t e) {
+  const __m512i exp = _mm512_set1_epi32(0x7f800000);
+  int64_t c = 0, i = b;
+  for (; i + 16 <= e; i += 16) {
+    const __m512i v = _mm512_and_si512(_mm512_loadu_si512(p + i), exp);
+    c += __builtin_popcount(_mm512_cmpeq_epi32_mask(v, exp));
+  }
+  return c + nonfinite_scalar(p, i, e);
+}
+
+__attribute__((target("avx512f,avx512bw"))) int64_t nonfinite_avx512(const uint16_t* p, int64_t b, int64_t e) {
+  const __m512i exp = _mm512_set1_epi16(0x7f80);
+  int64_t c = 0, i = b;
+  for (; i + 32 <= e; i += 32) {
+    const __m512i v = _mm512_and_si512(_mm512_loadu_si512(p + i), exp);
+    c += __builtin_popcount(_mm512_cmpeq_epi16_mask(v, exp));
+  }
+  return c + nonfinite_scalar(p, i, e);
+}
+
+template <typename Word>
+int64_t nonfinite(const Word* p, int64_t b, int64_t e) {
+  return avx512::has_bw() ? nonfinite_avx512(p, b, e) : nonfinite_scalar(p, b, e);
+}
+
+}  // namespace
+
 void count_nonfinite(const Tensor& x, Tensor& out, ThreadPool* pool) {
   if (!x.defined() || (x.dtype() != DType::kF32 && x.dtype() != DType::kBF16) || x.device() != Device::kCpu ||
       !x.is_contiguous()) {
@@ -498,25 +538,17 @@ void count_nonfinite(const Tensor& x, Tensor& out, ThreadPool* pool) {
   if (!out.defined() || out.dtype() != DType::kI64 || !out.is_contiguous() || groups < 1 || x.numel() % groups != 0) {
     bad_tensor("count_nonfinite", out, "output", "i64 [G], G dividing the input's element count");
   }
-  // The exponent bits all set is NaN or infinity, in either dtype: one integer test per value.
+  // The exponent bits all set is NaN or infinity, in either dtype.
   const int64_t per = x.numel() / groups;
   int64_t* counts = out.data<int64_t>();
   for (int64_t g = 0; g < groups; ++g) {
     std::atomic<int64_t> total{0};
     if (x.dtype() == DType::kF32) {
       const auto* p = static_cast<const uint32_t*>(x.raw_data()) + g * per;
-      map_flat(pool, per, [&](int64_t b, int64_t e) {
-        int64_t c = 0;
-        for (int64_t i = b; i < e; ++i) c += (p[i] & 0x7f800000u) == 0x7f800000u;
-        total += c;
-      });
+      map_flat(pool, per, [&](int64_t b, int64_t e) { total += nonfinite(p, b, e); });
     } else {
       const auto* p = static_cast<const uint16_t*>(x.raw_data()) + g * per;
-      map_flat(pool, per, [&](int64_t b, int64_t e) {
-        int64_t c = 0;
-        for (int64_t i = b; i < e; ++i) c += (p[i] & 0x7f80u) == 0x7f80u;
-        total += c;
-      });
+      map_flat(pool, per, [&](int64_t b, int64_t e) { total += nonfinite(p, b, e); });
     }
     counts[g] = total.load();
   }
