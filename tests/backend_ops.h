@@ -107,6 +107,7 @@ void softmax_cases(CaseList& l);
 void unary_cases(CaseList& l);  // relu, sigmoid, inverse_sigmoid
 void binary_cases(CaseList& l);  // add, mul
 void add_rows_cases(CaseList& l);
+void feat_flatten_cases(CaseList& l);
 void zeros_cases(CaseList& l);
 // backend_ops_cases_attn.cpp
 void sampling_locations_cases(CaseList& l);

@@ -37,6 +37,7 @@ std::vector<OpCase> make_cases(OpKind op, ShapeSet set, Precision precision) {
     case OpKind::add:
     case OpKind::mul: binary_cases(l); break;
     case OpKind::add_rows: add_rows_cases(l); break;
+    case OpKind::feat_flatten: feat_flatten_cases(l); break;
     case OpKind::zeros: zeros_cases(l); break;
     case OpKind::max_pool2d: max_pool2d_cases(l); break;
     case OpKind::upsample_nearest_add: upsample_nearest_add_cases(l); break;

@@ -271,11 +271,12 @@ void unary_cases(CaseList& l) {
 
 namespace {
 
-void add_binary(CaseList& l, std::string tag, Shape a, Shape b, float large = 1.0f) {
+// out: add's output dtype (bf16 only in bf16 precision).
+void add_binary(CaseList& l, std::string tag, Shape a, Shape b, float large = 1.0f, DType out = DType::kF32) {
   const OpKind op = l.op();
-  l.add(std::move(tag), [op, a, b, large](Ops& ops, uint64_t seed) {
+  l.add(std::move(tag), [op, a, b, large, out](Ops& ops, uint64_t seed) {
     const Tensor x = up(ops, values(a, seed, 1.0f, large)), y = up(ops, values(b, seed + 1, 1.0f, large));
-    if (op == OpKind::add) ops.add(x, y, "x");
+    if (op == OpKind::add) ops.add(x, y, "x", out);
     if (op == OpKind::mul) ops.mul(x, y, "x");
   });
 }
@@ -290,20 +291,53 @@ void binary_cases(CaseList& l) {
     add_binary(l, "column broadcast", {7, 13}, {7, 1}, 1e4f);
     add_binary(l, "rank 4 mixed", {2, 3, 5, 7}, {2, 1, 5, 1});
     add_binary(l, "scalar", {3, 33}, {1, 1});
+    if (l.op() == OpKind::add && l.bf16()) {
+      add_binary(l, "equal odd, bf16 out", {7, 13}, {7, 13}, 1e4f, DType::kBF16);
+      add_binary(l, "row broadcast, 300 columns, bf16 out", {5, 300}, {1, 300}, 1.0f, DType::kBF16);
+    }
     return;
   }
   const Graph g = graph(l.set());
   if (l.op() == OpKind::add) {
     add_binary(l, "enc residual", {g.hw, g.c}, {g.hw, g.c});
     add_binary(l, "dec residual", {g.queries, g.c}, {g.queries, g.c});
-    for (const auto& [h, w] : g.sca_levels) {
-      add_binary(l, "img.values.cams_embeds " + std::to_string(h) + "x" + std::to_string(w), {g.cams, h * w, g.c},
-                 {g.cams, 1, g.c});
-    }
+    // TSA's query (x + bev_pos), which only its projections read: compact in bf16 precision.
+    add_binary(l, "enc.tsa.query", {g.hw, g.c}, {g.hw, g.c}, 1.0f, l.act());
   } else {
     add_binary(l, "BEV x scalar", {g.hw, g.c}, {1, 1});
     add_binary(l, "sca.count_mean", {g.hw, g.c}, {g.hw, 1});
   }
+}
+
+void feat_flatten_cases(CaseList& l) {
+  // levels: (images, hw) per level; cams: rows of cams_embeds (0: use_cams_embeds false).
+  auto add = [&](std::string tag, int64_t images, std::vector<int64_t> hws, int64_t c, int64_t cams, DType out,
+                 float large = 1.0f) {
+    l.add(std::move(tag), [=](Ops& ops, uint64_t seed) {
+      std::vector<Tensor> maps, rows;
+      for (size_t i = 0; i < hws.size(); ++i) {
+        maps.push_back(up(ops, values({images, hws[i], c}, seed + 2 * i, 1.0f, large)));
+        rows.push_back(up(ops, values({c}, seed + 2 * i + 1)));
+      }
+      const Tensor cam = cams > 0 ? up(ops, values({cams, c}, seed + 100)) : Tensor();
+      ops.feat_flatten(maps, rows, cam, "x", out);
+    });
+  };
+  if (l.set() == ShapeSet::kAwkward) {
+    add("one level, 1x1, no cams_embeds", 1, {1}, 1, 0, DType::kF32);
+    add("three levels, C 37, 2 cams of 4 images", 4, {5, 1, 3}, 37, 2, DType::kF32, 1e4f);
+    if (l.bf16()) {
+      add("bf16 out, C 300", 3, {7, 2}, 300, 3, DType::kBF16, 1e4f);
+      add("bf16 out, C 17, no cams_embeds", 2, {4}, 17, 0, DType::kBF16);
+    }
+    return;
+  }
+  const Graph g = graph(l.set());
+  std::vector<int64_t> hws;
+  for (const auto& [h, w] : g.sca_levels) hws.push_back(h * w);
+  // The image features only the value projections read: compact (bf16) in bf16 precision.
+  add("img.values.feat_flatten", g.cams, hws, g.c, g.cams, l.act());
+  add("img.values.feat_flatten, batch of 2", 2 * g.cams, hws, g.c, g.cams, l.act());
 }
 
 void add_rows_cases(CaseList& l) {
@@ -325,10 +359,6 @@ void add_rows_cases(CaseList& l) {
   }
   const Graph g = graph(l.set());
   add("enc.bev_queries", {g.hw, g.c});
-  for (const auto& [h, w] : g.sca_levels) {
-    // The image features only the value projections read: compact (bf16) in bf16 precision.
-    add("img.values.level_embeds " + std::to_string(h) + "x" + std::to_string(w), {g.cams, h * w, g.c}, 1.0f, l.act());
-  }
 }
 
 void zeros_cases(CaseList& l) {

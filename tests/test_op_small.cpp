@@ -247,6 +247,116 @@ TEST(Elementwise, AddRowsToBf16) {
   EXPECT_THROW(add_rows(a, row, over), Error);
 }
 
+// feat_flatten against the ops it replaces, one by one: add(level, cams_embeds broadcast per
+// image), add_rows(level_embeds row) into the output dtype, each level's rows copied after the
+// levels before it. The same bits: f32 and bf16 output, with and without cams_embeds, a batch of
+// samples (image i takes camera i % cams), odd widths and a width past a vector, NaN, a value
+// that rounds to bf16 infinity, 1 and 3 threads; then the shape and overlap errors.
+TEST(Elementwise, FeatFlattenHasTheBitsOfTheOpsItReplaces) {
+  std::mt19937 rng(11);
+  ThreadPool three(3);
+  struct Case {
+    int64_t images, cams, c;
+    std::vector<int64_t> hws;
+  };
+  const Case cases[] = {{6, 6, 256, {23, 7, 2, 1}}, {4, 2, 37, {5, 3}}, {3, 0, 300, {9}}, {1, 1, 1, {1, 1}}};
+  for (const Case& k : cases) {
+    std::vector<Tensor> maps, rows;
+    for (int64_t hw : k.hws) {
+      maps.push_back(random_tensor({k.images, hw, k.c}, rng, -8.0f, 8.0f));
+      rows.push_back(random_tensor({k.c}, rng));
+    }
+    maps[0].data<float>()[0] = kNaN;
+    if (maps[0].numel() > 1) maps[0].data<float>()[1] = 3.3999e38f;
+    const Tensor cams = k.cams > 0 ? random_tensor({k.cams, k.c}, rng) : Tensor();
+    int64_t total = 0;
+    for (int64_t hw : k.hws) total += hw;
+    for (const DType out : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(std::to_string(k.images) + " images, " + std::to_string(k.cams) + " cams, C " + std::to_string(k.c) +
+                   (out == DType::kBF16 ? ", bf16" : ", f32"));
+      Tensor want = Tensor::empty({k.images, total, k.c}, out);
+      const size_t es = dtype_size(out);
+      int64_t start = 0;
+      for (size_t l = 0; l < maps.size(); ++l) {
+        const int64_t hw = k.hws[l];
+        Tensor f = maps[l];
+        if (cams.defined()) {
+          Tensor sum = Tensor::empty({k.images / k.cams, k.cams, hw, k.c}, DType::kF32);
+          add(f.reshape({k.images / k.cams, k.cams, hw, k.c}), cams.reshape({1, k.cams, 1, k.c}), sum);
+          f = sum.reshape({k.images, hw, k.c});
+        }
+        Tensor level = Tensor::empty({k.images, hw, k.c}, out);
+        add_rows(f, rows[l], level);
+        for (int64_t i = 0; i < k.images; ++i) {
+          std::memcpy(static_cast<char*>(want.raw_data()) + static_cast<size_t>((i * total + start) * k.c) * es,
+                      static_cast<const char*>(level.raw_data()) + static_cast<size_t>(i * hw * k.c) * es,
+                      static_cast<size_t>(hw * k.c) * es);
+        }
+        start += hw;
+      }
+      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &three}) {
+        Tensor got = Tensor::empty({k.images, total, k.c}, out);
+        feat_flatten(maps, rows, cams.defined() ? &cams : nullptr, got, pool);
+        EXPECT_TRUE(same_bits(got, want)) << (pool ? "3 threads" : "1 thread");
+      }
+    }
+  }
+  const std::vector<Tensor> maps = {random_tensor({2, 3, 8}, rng), random_tensor({2, 1, 8}, rng)};
+  const std::vector<Tensor> rows = {random_tensor({8}, rng), random_tensor({8}, rng)};
+  const Tensor cams = random_tensor({2, 8}, rng);
+  Tensor y = Tensor::empty({2, 4, 8}, DType::kF32);
+  EXPECT_NO_THROW(feat_flatten(maps, rows, &cams, y));
+  Tensor short_y = Tensor::empty({2, 3, 8}, DType::kF32);
+  EXPECT_THROW(feat_flatten(maps, rows, &cams, short_y), Error);  // rows of one level missing
+  const std::vector<Tensor> one_row = {rows[0]};
+  EXPECT_THROW(feat_flatten(maps, one_row, &cams, y), Error);  // a level without its row
+  const Tensor three_cams = random_tensor({3, 8}, rng);
+  EXPECT_THROW(feat_flatten(maps, rows, &three_cams, y), Error);  // 3 cameras do not divide 2 images
+  const std::vector<Tensor> narrow = {maps[0], random_tensor({2, 1, 7}, rng)};
+  EXPECT_THROW(feat_flatten(narrow, rows, &cams, y), Error);  // a level of another width
+  const std::vector<Tensor> big = {random_tensor({2, 3, 8}, rng), random_tensor({2, 1, 8}, rng)};
+  Tensor in_big = Tensor::view_of(big[0].storage(), DType::kBF16, {2, 4, 8}, contiguous_strides({2, 4, 8}), 0);
+  EXPECT_THROW(feat_flatten(big, rows, &cams, in_big), Error);  // the output over an input
+}
+
+// add into bf16 (TSA's query in bf16 precision): each element the f32 sum rounded to nearest even,
+// equal shapes and broadcasts (a run of 300 columns, past the 256-element block on the stack), NaN
+// staying NaN; the output over an input refused across dtypes.
+TEST(Elementwise, AddToBf16) {
+  std::mt19937 rng(5);
+  ThreadPool pool(3);
+  for (const auto& [a_shape, b_shape] : {std::pair<Shape, Shape>{{301, 67}, {301, 67}}, {{9, 300}, {1, 300}},
+                                        {{4, 5, 300}, {4, 1, 300}}, {{70, 33}, {70, 1}}}) {
+    Tensor a = random_tensor(a_shape, rng, -8.0f, 8.0f);
+    const Tensor b = random_tensor(b_shape, rng, -8.0f, 8.0f);
+    a.data<float>()[3] = kNaN;
+    a.data<float>()[4] = 3.3999e38f;  // finite in f32, past bf16's largest finite value
+    Tensor want32 = Tensor::empty(a_shape, DType::kF32);
+    add(a, b, want32, &pool);
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      Tensor y = Tensor::empty(a_shape, DType::kBF16);
+      add(a, b, y, p);
+      const auto* yp = static_cast<const uint16_t*>(y.raw_data());
+      for (int64_t i = 0; i < a.numel(); ++i) {
+        const float sum = want32.data<float>()[i];
+        if (std::isnan(sum)) {
+          ASSERT_TRUE(std::isnan(bf16_to_float(yp[i]))) << i;
+        } else {
+          ASSERT_EQ(yp[i], float_to_bf16(sum)) << i << " of " << shape_str(a_shape) << " + " << shape_str(b_shape);
+        }
+      }
+    }
+  }
+  Tensor a = random_tensor({4, 8}, rng);
+  const Tensor b = random_tensor({4, 8}, rng);
+  Tensor over = Tensor::view_of(a.storage(), DType::kBF16, {4, 8}, contiguous_strides({4, 8}), 0);
+  EXPECT_THROW(add(a, b, over), Error);
+  Tensor over_b = Tensor::view_of(b.storage(), DType::kBF16, {4, 8}, contiguous_strides({4, 8}), 0);
+  EXPECT_THROW(add(a, b, over_b), Error);
+  Tensor y16 = Tensor::empty({4, 8}, DType::kBF16);
+  EXPECT_THROW(mul(a, b, y16), Error);  // mul stays f32
+}
+
 TEST(Elementwise, ReluSigmoidAddAddRows) {
   std::mt19937 rng(3);
   ThreadPool pool(2);

@@ -34,6 +34,7 @@ Tensor index_tensor(std::vector<int64_t> v) {
 struct MiniStage {
   PreparedWeights conv_a, conv_b, conv_offset, dcn, fc1, fc2, fc3, fc4, fc5, fc6, fc7, blk1, blk2, blk3, block;
   Tensor gamma, beta, row, idx, idx_pad, idx_multi;
+  Tensor level_row0, level_row1, cams_embeds;  // feat_flatten's rows (6 channels, 2 cameras)
 
   explicit MiniStage(Ops& ops) {
     conv_a = ops.prepare_conv2d(random({6, 5, 3, 3}, 1, 0.3f), nullptr, {.stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1, .relu = true});
@@ -61,6 +62,9 @@ struct MiniStage {
     gamma = random({8}, 9);
     beta = random({8}, 10);
     row = random({8}, 11);
+    level_row0 = random({6}, 21);
+    level_row1 = random({6}, 22);
+    cams_embeds = random({2, 6}, 23);
     idx = index_tensor({3, 0, 5, 1});
     idx_pad = index_tensor({-1, 7, 197, -1, 7});  // -1: padding (a zero row / a skipped row)
     idx_multi = index_tensor({gather_multi_index(1, 3), -1, gather_multi_index(0, 197), gather_multi_index(1, 0)});
@@ -76,6 +80,9 @@ struct MiniStage {
     Tensor f = ops.upsample_nearest_add(p, ops.relu(blk), "top_down"); // fine += up(coarse)
     Tensor om = ops.conv2d(f, conv_offset, nullptr, "offset");         // [2, 9, 11, 27]
     Tensor d = ops.deform_conv2d(f, om, dcn, "dcn");                   // [2, 9, 11, 7]
+    // Two "levels" (the conv's map and the pool's) flattened as the image features are.
+    Tensor flat = ops.feat_flatten({a.reshape({2, 99, 6}), p.reshape({2, 30, 6})}, {level_row0, level_row1}, cams_embeds,
+                                   "feat_flatten");                     // [2, 129, 6]
     Tensor tokens = d.reshape({2 * 9 * 11, 7});
     Tensor h = ops.linear(tokens, fc1, "fc1");
     Tensor q = ops.linear(h, fc2, "fc2");                              // [198, 8]
@@ -123,7 +130,8 @@ struct MiniStage {
     auto [top, top_idx] = ops.topk(cat.reshape({-1}), 10, "topk");
     count = ops.count_nonfinite(cat, 2, "count");  // i64: kept beside the result
     return ops.concat({top, heads.reshape({-1}).slice(0, 0, 5).contiguous(), ctx.reshape({-1}), boxes.reshape({-1}),
-                       g_pad.reshape({-1}), acc_pad.reshape({-1}), fused.reshape({-1}), mean.reshape({-1})},
+                       g_pad.reshape({-1}), acc_pad.reshape({-1}), fused.reshape({-1}), mean.reshape({-1}),
+                       flat.reshape({-1})},
                       0);
   }
 };
@@ -251,6 +259,7 @@ TEST(Ops, Bf16ActivationsOnlyInBf16Arithmetic) {
     expect("linear, bf16 x", [&] { ops.linear(x16, fc, "fc"); });
     expect("linear, bf16 y", [&] { ops.linear(x, fc, "fc", DType::kBF16); });
     expect("add_rows, bf16 y", [&] { ops.add_rows(x, random({3}, 4), "rows", DType::kBF16); });
+    expect("add, bf16 y", [&] { ops.add(x, random({5, 3}, 4), "sum", DType::kBF16); });
     expect("deform_conv2d, bf16 y", [&] {
       ops.deform_conv2d(random({1, 4, 4, 3}, 5), random({1, 4, 4, 27}, 6, 0.1f), dcn, "dcn", DType::kBF16);
     });

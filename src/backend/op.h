@@ -34,6 +34,7 @@ namespace bev {
   X(add)                  \
   X(mul)                  \
   X(add_rows)             \
+  X(feat_flatten)         \
   X(zeros)                \
   X(max_pool2d)           \
   X(upsample_nearest_add) \
@@ -217,6 +218,14 @@ struct PermuteAttrs {
 // gather_rows_multi's index encoding: source s, row r as (s << 32) | r; -1 is a zero row.
 inline constexpr int64_t gather_multi_index(int64_t source, int64_t row) { return (source << 32) | row; }
 
+// The image stage's flattening of the neck's levels into the value rows (upstream
+// PerceptionTransformer.get_bev_features' feat_flatten): per level, its maps plus the camera's
+// cams_embeds row (when used) plus the level's level_embeds row, levels one after another.
+struct FeatFlattenAttrs {
+  int64_t levels = 0;        // inputs: the levels' maps, then their level_embeds rows, then cams_embeds
+  bool cams_embeds = false;  // whether cams_embeds is an input (use_cams_embeds)
+};
+
 struct CountNonfiniteAttrs {
   int64_t groups = 1;  // x as [groups, rest]: one count per group (per sample of a batch)
 };
@@ -225,7 +234,8 @@ using OpAttrs = std::variant<std::monostate, Conv2dAttrs, BottleneckAttrs, Defor
                              BatchedMatmulAttrs,
                              AttentionAttrs, LayerNormAttrs, InverseSigmoidAttrs, MsdaAttrs, DeformableAttentionAttrs,
                              SamplingLocationsAttrs,
-                             BboxDenormalizeAttrs, TopkAttrs, ConcatAttrs, PermuteAttrs, CountNonfiniteAttrs>;
+                             BboxDenormalizeAttrs, TopkAttrs, ConcatAttrs, PermuteAttrs, FeatFlattenAttrs,
+                             CountNonfiniteAttrs>;
 
 struct OpNode {
   OpKind kind = OpKind::relu;

@@ -502,11 +502,12 @@ Tensor Ops::inverse_sigmoid(const Tensor& x, float eps, std::string label) {
   return emit({OpKind::inverse_sigmoid, std::move(label), InverseSigmoidAttrs{eps}, {x}, {output(x.shape())}, nullptr});
 }
 
-Tensor Ops::add(const Tensor& a, const Tensor& b, std::string label) {
+Tensor Ops::add(const Tensor& a, const Tensor& b, std::string label, DType out) {
   expect_f32("add", label, "a", a);
   expect_f32("add", label, "b", b);
   expect_broadcastable("add", label, a, b);
-  return emit({OpKind::add, std::move(label), {}, {a, b}, {output(a.shape())}, nullptr});
+  expect_float_dtype("add", label, "requested output", out);
+  return emit({OpKind::add, std::move(label), {}, {a, b}, {output(a.shape(), out)}, nullptr});
 }
 
 Tensor Ops::mul(const Tensor& a, const Tensor& b, std::string label) {
@@ -526,6 +527,49 @@ Tensor Ops::add_rows(const Tensor& a, const Tensor& row, std::string label, DTyp
   }
   expect_float_dtype("add_rows", label, "requested output", out);
   return emit({OpKind::add_rows, std::move(label), {}, {a, row}, {output(a.shape(), out)}, nullptr});
+}
+
+Tensor Ops::feat_flatten(const std::vector<Tensor>& levels, const std::vector<Tensor>& level_rows,
+                         const Tensor& cams_embeds, std::string label, DType out) {
+  const char* op = "feat_flatten";
+  if (levels.empty()) shape_error(op, label, "no levels", "at least one");
+  if (level_rows.size() != levels.size()) {
+    shape_error(op, label, std::to_string(level_rows.size()) + " level rows for " + std::to_string(levels.size()) + " levels",
+                "one per level");
+  }
+  expect_rank(op, label, "level 0", levels[0], 3);
+  const int64_t images = levels[0].size(0), c = levels[0].size(2);
+  int64_t total = 0;
+  for (size_t l = 0; l < levels.size(); ++l) {
+    const std::string name = "level " + std::to_string(l);
+    expect_rank(op, label, name.c_str(), levels[l], 3);
+    expect_f32(op, label, name.c_str(), levels[l]);
+    if (levels[l].size(0) != images || levels[l].size(2) != c) {
+      shape_error(op, label, name + " is " + levels[l].describe() + " beside " + levels[0].describe(),
+                  "[" + std::to_string(images) + ", hw, " + std::to_string(c) + "]");
+    }
+    if (!level_rows[l].defined() || level_rows[l].dtype() != DType::kF32 || level_rows[l].shape() != Shape{c}) {
+      shape_error(op, label, "level_embeds row " + std::to_string(l) + " is " +
+                                 (level_rows[l].defined() ? level_rows[l].describe() : std::string("undefined")),
+                  "f32 [" + std::to_string(c) + "]");
+    }
+    total += levels[l].size(1);
+  }
+  if (cams_embeds.defined()) {
+    expect_rank(op, label, "cams_embeds", cams_embeds, 2);
+    expect_f32(op, label, "cams_embeds", cams_embeds);
+    if (cams_embeds.size(1) != c || cams_embeds.size(0) < 1 || images % cams_embeds.size(0) != 0) {
+      shape_error(op, label, "cams_embeds " + cams_embeds.describe() + " for " + std::to_string(images) + " images",
+                  "[cams, " + std::to_string(c) + "] with cams dividing the image count");
+    }
+  }
+  const DType to = copy_dtype(op, label, DType::kF32, out);
+  std::vector<Tensor> inputs = levels;
+  inputs.insert(inputs.end(), level_rows.begin(), level_rows.end());
+  if (cams_embeds.defined()) inputs.push_back(cams_embeds);
+  return emit({OpKind::feat_flatten, std::move(label),
+               FeatFlattenAttrs{static_cast<int64_t>(levels.size()), cams_embeds.defined()}, std::move(inputs),
+               {output({images, total, c}, to)}, nullptr});
 }
 
 // ---- attention and selection ----

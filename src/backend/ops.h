@@ -112,13 +112,22 @@ class Ops {
   Tensor sigmoid(const Tensor& x, std::string label = {});
   Tensor inverse_sigmoid(const Tensor& x, float eps = 1e-5f, std::string label = {});
   // Elementwise a + b and a * b; b has a's rank and each extent equal to a's or 1 (broadcast).
-  Tensor add(const Tensor& a, const Tensor& b, std::string label = {});
+  // add's `out`: bf16 only when the backend runs in bf16 (a sum only linears read, rounded once).
+  Tensor add(const Tensor& a, const Tensor& b, std::string label = {}, DType out = DType::kF32);
   Tensor mul(const Tensor& a, const Tensor& b, std::string label = {});
   // A new f32 tensor of zeros (zeroed again on every replay).
   Tensor zeros(const Shape& shape, std::string label = {});
   // a [..., C] + row [C]; `out` bf16 only when the backend runs in bf16 (the image features the
   // value projections read).
   Tensor add_rows(const Tensor& a, const Tensor& row, std::string label = {}, DType out = DType::kF32);
+  // Upstream's feat_flatten as one op: levels[l] [images, hw_l, C] f32 (images = samples x cams),
+  // level_rows[l] [C] f32, cams_embeds [cams, C] f32 or undefined (use_cams_embeds false) ->
+  // [images, sum hw_l, C], level l's rows from sum_{k<l} hw_k on, each value
+  // (x + cams_embeds[image % cams]) + level_rows[l] in f32 (upstream's order), rounded once to
+  // `out`: bf16 only when the backend runs in bf16 (only the value projections read it). The
+  // adds and the concat one by one wrote and read the maps three more times (base: 95 MB each).
+  Tensor feat_flatten(const std::vector<Tensor>& levels, const std::vector<Tensor>& level_rows, const Tensor& cams_embeds,
+                      std::string label = {}, DType out = DType::kF32);
 
   // value [bs, Lv, heads, hd] (f32 or bf16), locations [bs, Lq, heads, L, P, 2], weights
   // [bs, Lq, heads, L, P] -> [bs, Lq, heads * hd] f32

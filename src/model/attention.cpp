@@ -92,10 +92,17 @@ Tensor tsa_forward(Ops& ops, const TsaWeights& w, const DeformAttnConfig& cfg, i
       in.value_stack.defined() ? in.value_stack : ops.concat({in.value0, in.value1}, 0, label + ".value", compact_dtype(ops));
   const Tensor value = ops.linear(stacked, w.value_proj, label + ".value_proj", compact_dtype(ops))
                            .reshape({batch, queue * hw, heads, c / heads});
-  const Tensor query = batch == 1 ? ops.add(x, in.bev_pos, label + ".query")
+  // query_cat = [value0 | x + bev_pos], which only the two projections read. With one sample,
+  // both halves come compact (bf16 in bf16 precision): value0 as the first rows of the stacked
+  // values (rounded once for every layer), the sum rounded by the add, so the concat copies
+  // 2-byte rows instead of reading f32 and converting (the bits the concat's rounding gave). A
+  // batch's value0 is gathered in f32, so its sum stays f32 and the concat rounds both.
+  const DType query_dtype = batch == 1 ? compact_dtype(ops) : DType::kF32;
+  const Tensor query = batch == 1 ? ops.add(x, in.bev_pos, label + ".query", query_dtype)
                                   : ops.add(x.reshape({batch, hw, c}), in.bev_pos.reshape({1, hw, c}), label + ".query")
                                         .reshape({rows, c});
-  const Tensor qcat = ops.concat({in.value0, query}, 1, label + ".query_cat", compact_dtype(ops));
+  const Tensor value0 = batch == 1 ? stacked.slice(0, 0, hw) : in.value0;
+  const Tensor qcat = ops.concat({value0, query}, 1, label + ".query_cat", compact_dtype(ops));
   // The two queue entries are two levels of the BEV's shape; the softmax runs over the points of
   // each queue entry separately (spec §5.2).
   MsdaAttrs ma;

@@ -149,25 +149,21 @@ ImageOutputs BevFormer::image_stage(Ops& o, const Tensor& img, Taps* taps) const
   o.set_stage("img.values");
   SpatialShapes shapes;
   std::vector<int64_t> starts;
-  std::vector<Tensor> flat;
   int64_t total = 0;
-  const Tensor cam_rows = batch == 1 ? cams_embeds_.reshape({cams, 1, c}) : cams_embeds_.reshape({1, cams, 1, c});
+  std::vector<Tensor> maps;
   for (size_t l = 0; l < levels.size(); ++l) {
     const int64_t h = levels[l].size(1), w = levels[l].size(2);
     shapes.emplace_back(h, w);
     starts.push_back(total);
     total += h * w;
-    Tensor f = levels[l].reshape({images, h * w, c});
-    if (cfg_.transformer.use_cams_embeds) {
-      f = batch == 1 ? o.add(f, cam_rows, "feat_flatten.cams_embeds." + std::to_string(l))
-                     : o.add(f.reshape({batch, cams, h * w, c}), cam_rows, "feat_flatten.cams_embeds." + std::to_string(l))
-                           .reshape({images, h * w, c});
-    }
-    // Only the value projections read the features: bf16 in bf16 precision (compact_dtype), so
-    // the six of them share one conversion instead of each making its own.
-    flat.push_back(o.add_rows(f, level_embeds_[l], "feat_flatten.level_embeds." + std::to_string(l), compact_dtype(o)));
+    maps.push_back(levels[l].reshape({images, h * w, c}));
   }
-  const Tensor feat = flat.size() == 1 ? flat[0] : o.concat(flat, 1, "feat_flatten");
+  // Only the value projections read the features: bf16 in bf16 precision (compact_dtype), so the
+  // six of them share one conversion instead of each making its own.
+  const std::vector<Tensor> level_rows(level_embeds_.begin(),
+                                       level_embeds_.begin() + static_cast<std::ptrdiff_t>(levels.size()));
+  const Tensor feat = o.feat_flatten(maps, level_rows, cfg_.transformer.use_cams_embeds ? cams_embeds_ : Tensor(),
+                                     "feat_flatten", compact_dtype(o));
   ImageOutputs out;
   out.nonfinite = o.count_nonfinite(feat, batch, "feat_flatten.nonfinite");
   if (taps) {

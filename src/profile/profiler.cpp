@@ -113,6 +113,8 @@ double flops_per_output_element(OpKind kind) {
     case OpKind::add_rows:
     case OpKind::upsample_nearest_add:
       return 1;
+    case OpKind::feat_flatten:
+      return 2;  // + cams_embeds, + level_embeds (one fewer without cams_embeds: op_flops)
     case OpKind::sampling_locations:
       return 2;  // offset / size + reference
     case OpKind::sigmoid:
@@ -212,6 +214,10 @@ double op_flops(const OpNode& n) {
       return numel(n.inputs[0]) + out;
     case OpKind::layer_norm:  // + the residual's sum when it has one
       return (flops_per_output_element(n.kind) + (n.inputs.size() > 3 ? 1 : 0)) * out;
+    case OpKind::feat_flatten: {
+      const auto* a = std::get_if<FeatFlattenAttrs>(&n.attrs);
+      return (a && !a->cams_embeds ? 1 : flops_per_output_element(n.kind)) * out;
+    }
     case OpKind::bbox_denormalize:  // 3 of `code` channels: x * scale + offset
       return 2 * 3 * static_cast<double>(n.outputs[0].size(0));
     default:

@@ -208,6 +208,15 @@ class CpuBackend final : public Backend {
         cpu::add_rows(rows_view(in[0]), in[1], y, &pool_);
         return;
       }
+      case OpKind::feat_flatten: {
+        const auto& a = std::get<FeatFlattenAttrs>(n.attrs);
+        const auto levels = static_cast<size_t>(a.levels);
+        const std::span<const Tensor> all(in);
+        Tensor y = out;
+        cpu::feat_flatten(all.first(levels), all.subspan(levels, levels), a.cams_embeds ? &in[2 * levels] : nullptr, y,
+                          &pool_);
+        return;
+      }
       case OpKind::max_pool2d: {
         Tensor y = out;
         cpu::max_pool2d_3x3_s2_p1(in[0], y, &pool_);

@@ -340,19 +340,40 @@ BroadcastRuns broadcast_runs(const Tensor& a, const Tensor& b) {
   return r;
 }
 
+// y's n elements from flat index i: f(j) for j < n, stored as f32, or rounded to bf16 (core/half.h's
+// float_to_bf16) 256 at a time from the stack (a replayed plan allocates nothing).
+template <typename F>
+inline void store_run(float* yp, uint16_t* yh, int64_t i, int64_t n, const F& f) {
+  if (yp != nullptr) {
+    for (int64_t j = 0; j < n; ++j) yp[i + j] = f(j);
+    return;
+  }
+  constexpr int64_t kBlock = 256;
+  float sums[kBlock];
+  for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+    const int64_t m = std::min(kBlock, n - j0);
+    for (int64_t j = 0; j < m; ++j) sums[j] = f(j0 + j);
+    float_to_bf16_n(sums, yh + i + j0, static_cast<size_t>(m));
+  }
+}
+
+// bf16_ok: y may be bf16 (add's bf16 output: each f32 result rounded once).
 template <typename Op>
-void binary(const char* op, const Tensor& a, const Tensor& b, Tensor& y, ThreadPool* pool, Op fn) {
+void binary(const char* op, const Tensor& a, const Tensor& b, Tensor& y, ThreadPool* pool, Op fn, bool bf16_ok) {
   expect_rows(op, a, "input a");
-  expect_f32_shape(op, y, "output y", a.shape());
+  const bool bf16_out = bf16_ok && y.defined() && y.dtype() == DType::kBF16;
+  expect_host_shape(op, y, "output y", bf16_out ? DType::kBF16 : DType::kF32, a.shape());
   const float* ap = a.data<float>();
-  float* yp = y.data<float>();
+  float* yp = bf16_out ? nullptr : y.data<float>();
+  auto* yh = bf16_out ? static_cast<uint16_t*>(y.raw_data()) : nullptr;
   if (b.defined() && b.shape() == a.shape()) {
     expect_f32_shape(op, b, "input b", a.shape());
-    expect_no_partial_overlap(op, a, y);
-    expect_no_partial_overlap(op, b, y);
+    // In place only in f32: across dtypes any overlap would read results back as inputs.
+    expect_no_partial_overlap(op, a, y, !bf16_out);
+    expect_no_partial_overlap(op, b, y, !bf16_out);
     const float* bp = b.data<float>();
     map_flat(pool, a.numel(), [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) yp[i] = fn(ap[i], bp[i]);
+      store_run(yp, yh, s, e - s, [&](int64_t j) { return fn(ap[s + j], bp[s + j]); });
     });
     return;
   }
@@ -360,7 +381,7 @@ void binary(const char* op, const Tensor& a, const Tensor& b, Tensor& y, ThreadP
             b.dim() == a.dim();
   for (int64_t d = 0; ok && d < a.dim(); ++d) ok = b.size(d) == a.size(d) || b.size(d) == 1;
   if (!ok) bad_tensor(op, b, "input b", "contiguous host f32 of a's rank, each extent " + shape_str(a.shape()) + "'s or 1");
-  expect_no_partial_overlap(op, a, y);
+  expect_no_partial_overlap(op, a, y, !bf16_out);
   expect_no_partial_overlap(op, b, y, /*may_alias=*/false);
   if (a.numel() == 0) return;
   const BroadcastRuns runs = broadcast_runs(a, b);
@@ -380,13 +401,12 @@ void binary(const char* op, const Tensor& a, const Tensor& b, Tensor& y, ThreadP
     for (int64_t i = s; i < e;) {
       const int64_t n = std::min(inner - col, e - i);
       const float* ar = ap + i;
-      float* yr = yp + i;
       if (inner_st == 0) {
         const float v = bp[boff];
-        for (int64_t j = 0; j < n; ++j) yr[j] = fn(ar[j], v);
+        store_run(yp, yh, i, n, [&](int64_t j) { return fn(ar[j], v); });
       } else {
         const float* br = bp + boff + col;
-        for (int64_t j = 0; j < n; ++j) yr[j] = fn(ar[j], br[j]);
+        store_run(yp, yh, i, n, [&](int64_t j) { return fn(ar[j], br[j]); });
       }
       i += n;
       col = 0;
@@ -577,11 +597,11 @@ void inverse_sigmoid(const Tensor& x, float eps, Tensor& y, ThreadPool* pool) {
 }
 
 void add(const Tensor& a, const Tensor& b, Tensor& y, ThreadPool* pool) {
-  binary("add", a, b, y, pool, [](float u, float v) { return u + v; });
+  binary("add", a, b, y, pool, [](float u, float v) { return u + v; }, /*bf16_ok=*/true);
 }
 
 void mul(const Tensor& a, const Tensor& b, Tensor& y, ThreadPool* pool) {
-  binary("mul", a, b, y, pool, [](float u, float v) { return u * v; });
+  binary("mul", a, b, y, pool, [](float u, float v) { return u * v; }, /*bf16_ok=*/false);
 }
 
 void zeros(Tensor& y, ThreadPool* pool) {
@@ -631,6 +651,99 @@ void add_rows(const Tensor& a, const Tensor& row, Tensor& y, ThreadPool* pool) {
       const float* ar = ap + r * c_len;
       float* yr = yp + r * c_len;
       for (int64_t c = 0; c < c_len; ++c) yr[c] = ar[c] + rp[c];
+    }
+  });
+}
+
+namespace {
+
+// One row of feat_flatten: (a + cam) + lvl over C columns, 16 at a time, rounded as float_to_bf16.
+template <bool BF16>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void flatten_row_avx512(const float* a, const float* cam,
+                                                                              const float* lvl, void* y, int64_t c_len) {
+  for (int64_t c = 0; c < c_len; c += 16) {
+    const __mmask16 m = static_cast<__mmask16>(c_len - c >= 16 ? 0xFFFF : (1u << (c_len - c)) - 1u);
+    __m512 v = _mm512_maskz_loadu_ps(m, a + c);
+    if (cam) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, cam + c));
+    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, lvl + c));
+    if constexpr (BF16) {
+      _mm256_mask_storeu_epi16(static_cast<uint16_t*>(y) + c, m, float_to_bf16_x16(v));
+    } else {
+      _mm512_mask_storeu_ps(static_cast<float*>(y) + c, m, v);
+    }
+  }
+}
+
+template <bool BF16>
+void flatten_row_scalar(const float* a, const float* cam, const float* lvl, void* y, int64_t c_len) {
+  for (int64_t c = 0; c < c_len; ++c) {
+    float v = a[c];
+    if (cam) v += cam[c];
+    v += lvl[c];
+    if constexpr (BF16) {
+      static_cast<uint16_t*>(y)[c] = float_to_bf16(v);
+    } else {
+      static_cast<float*>(y)[c] = v;
+    }
+  }
+}
+
+}  // namespace
+
+void feat_flatten(std::span<const Tensor> levels, std::span<const Tensor> level_rows, const Tensor* cams_embeds,
+                  Tensor& y, ThreadPool* pool) {
+  const char* op = "feat_flatten";
+  if (levels.empty() || level_rows.size() != levels.size() || !levels[0].defined() || levels[0].dim() != 3) {
+    throw Error(ErrorKind::kInvalidInput, std::to_string(levels.size()) + " levels, " +
+                                              std::to_string(level_rows.size()) + " level rows")
+        .where(op)
+        .expected("one or more levels [images, hw, C] and a row per level");
+  }
+  const int64_t images = levels[0].size(0), c_len = levels[0].size(2);
+  constexpr size_t kMaxLevels = 8;  // starts on the stack: a replayed plan allocates nothing
+  if (levels.size() > kMaxLevels) {
+    throw Error(ErrorKind::kInvalidInput, std::to_string(levels.size()) + " levels").where(op).expected("at most 8");
+  }
+  int64_t start[kMaxLevels + 1] = {0};
+  for (size_t l = 0; l < levels.size(); ++l) {
+    const Tensor& f = levels[l];
+    const int64_t hw = f.defined() && f.dim() == 3 ? f.size(1) : 0;
+    expect_f32_shape(op, f, "level", {images, hw, c_len});
+    expect_f32_shape(op, level_rows[l], "level_embeds row", {c_len});
+    start[l + 1] = start[l] + hw;
+  }
+  const int64_t total = start[levels.size()];
+  int64_t cams = 0;
+  if (cams_embeds) {
+    cams = cams_embeds->defined() && cams_embeds->dim() == 2 ? cams_embeds->size(0) : 0;
+    if (cams < 1 || images % cams != 0) {
+      bad_tensor(op, *cams_embeds, "cams_embeds", "f32 [cams, " + std::to_string(c_len) + "], cams dividing " +
+                                                      std::to_string(images) + " images");
+    }
+    expect_f32_shape(op, *cams_embeds, "cams_embeds", {cams, c_len});
+  }
+  const bool bf16_out = y.defined() && y.dtype() == DType::kBF16;
+  expect_host_shape(op, y, "output y", bf16_out ? DType::kBF16 : DType::kF32, {images, total, c_len});
+  for (size_t l = 0; l < levels.size(); ++l) {
+    if (overlaps(levels[l], y) || overlaps(level_rows[l], y)) bad_tensor(op, y, "output y", "memory apart from the inputs");
+  }
+  if (cams_embeds && overlaps(*cams_embeds, y)) bad_tensor(op, y, "output y", "memory apart from the inputs");
+  if (y.numel() == 0) return;
+  const bool vec = avx512::has_bw();
+  auto* row_fn = bf16_out ? (vec ? &flatten_row_avx512<true> : &flatten_row_scalar<true>)
+                          : (vec ? &flatten_row_avx512<false> : &flatten_row_scalar<false>);
+  const size_t es = bf16_out ? 2 : 4;
+  auto* yp = static_cast<char*>(y.raw_data());
+  const float* cp = cams_embeds ? cams_embeds->data<float>() : nullptr;
+  for_chunks(pool, images * total, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, c_len)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t image = r / total, j = r % total;
+      size_t l = 0;
+      while (j >= start[l + 1]) ++l;
+      const int64_t hw = start[l + 1] - start[l];
+      const float* a = levels[l].data<float>() + (image * hw + (j - start[l])) * c_len;
+      row_fn(a, cp ? cp + (image % cams) * c_len : nullptr, level_rows[l].data<float>(), yp + static_cast<size_t>(r * c_len) * es,
+             c_len);
     }
   });
 }

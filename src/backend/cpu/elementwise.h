@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cmath>
+#include <span>
+#include <vector>
 
 #include "core/tensor.h"
 #include "core/thread_pool.h"
@@ -63,7 +65,7 @@ void inverse_sigmoid(const Tensor& x, float eps, Tensor& y, ThreadPool* pool = n
 // a's or 1 (numpy broadcasting of b only); y has a's shape. Equal shapes take a flat loop and y
 // may be a or b; otherwise dims are merged into runs that b broadcasts or follows, and y may be
 // a but must not overlap b. Operand order is a then b (IEEE + and * commute, so it does not
-// change a bit).
+// change a bit). add's y may be bf16 (each f32 sum rounded to nearest even; disjoint from a and b).
 void add(const Tensor& a, const Tensor& b, Tensor& y, ThreadPool* pool = nullptr);
 void mul(const Tensor& a, const Tensor& b, Tensor& y, ThreadPool* pool = nullptr);
 
@@ -77,5 +79,12 @@ void zeros(Tensor& y, ThreadPool* pool = nullptr);  // split over `pool` in 256 
 // y[m, :] = a[m, :] + row[:] (a viewed as [M, C], row [C]), y f32 (which may be a) or bf16 (the
 // f32 sum rounded to nearest even; disjoint from a).
 void add_rows(const Tensor& a, const Tensor& row, Tensor& y, ThreadPool* pool = nullptr);
+
+// Ops::feat_flatten (backend/ops.h): y [images, sum hw_l, C] f32 or bf16, level l's rows after the
+// levels before it, y[i, start_l + r, c] = (levels[l][i, r, c] + cams_embeds[i % cams, c]) +
+// level_rows[l][c] in f32 (without cams_embeds: the level row only), rounded once to y's dtype
+// (bf16: to nearest even). y overlaps no input.
+void feat_flatten(std::span<const Tensor> levels, std::span<const Tensor> level_rows, const Tensor* cams_embeds,
+                  Tensor& y, ThreadPool* pool = nullptr);
 
 }  // namespace bev::cpu
