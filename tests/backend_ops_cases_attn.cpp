@@ -234,10 +234,10 @@ void scatter_add_rows_cases(CaseList& l) {
 }
 
 void scatter_mean_rows_cases(CaseList& l) {
-  auto add = [&](std::string tag, Shape src, Tensor idx, int64_t rows) {
-    l.add(std::move(tag), [src, idx, rows](Ops& ops, uint64_t seed) {
+  auto add = [&](std::string tag, Shape src, Tensor idx, int64_t rows, DType out = DType::kF32) {
+    l.add(std::move(tag), [src, idx, rows, out](Ops& ops, uint64_t seed) {
       ops.scatter_mean_rows(up(ops, values(src, seed, 1.0f, 100.0f)), up(ops, idx),
-                            up(ops, uniform({rows, 1}, seed + 1, 0.1f, 1.0f)), "x");
+                            up(ops, uniform({rows, 1}, seed + 1, 0.1f, 1.0f)), "x", out);
     });
   };
   if (l.set() == ShapeSet::kAwkward) {
@@ -245,10 +245,12 @@ void scatter_mean_rows_cases(CaseList& l) {
     add("odd, every 4th padding", {23, 5}, indices(23, 17, 45, 4), 17);
     add("1 wide row, rows never hit", {1, 300}, index_tensor({1}), 3);
     add("blocks of rows, repeats across them", {700, 3}, indices(700, 5000, 7919, 9), 5000);
+    if (l.bf16()) add("bf16 out, blocks of rows", {700, 33}, indices(700, 900, 7919, 9), 900, DType::kBF16);
     return;
   }
   const Graph g = graph(l.set());
-  add("sca.count_mean", {g.slots(), g.c}, rebatch_index(g), g.hw);
+  // Only output_proj reads the mean: compact (bf16) in bf16 precision.
+  add("sca.count_mean", {g.slots(), g.c}, rebatch_index(g), g.hw, l.act());
 }
 
 void concat_cases(CaseList& l) {

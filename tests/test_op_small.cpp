@@ -669,6 +669,14 @@ TEST(GatherScatter, ScatterMeanGivesTheBitsOfZerosScatterAndMul) {
     Tensor one = Tensor::empty({n, c}, DType::kF32);
     scatter_mean_rows(src, idx, scale, one, nullptr);
     EXPECT_TRUE(same_bits(one, want)) << "one thread, M " << m;
+    // bf16 y (SCA's mean in bf16 precision): the same sums, each rounded once.
+    Tensor want16 = Tensor::empty({n, c}, DType::kBF16);
+    float_to_bf16_n(want.data<float>(), static_cast<uint16_t*>(want16.raw_data()), static_cast<size_t>(want.numel()));
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      Tensor got16 = Tensor::empty({n, c}, DType::kBF16);
+      scatter_mean_rows(src, idx, scale, got16, p);
+      EXPECT_TRUE(same_bits(got16, want16)) << "bf16, M " << m << (p ? ", 3 threads" : ", 1 thread");
+    }
   }
   const Tensor src = random_tensor({3, 4}, rng), scale = random_tensor({5, 1}, rng);
   Tensor y = Tensor::empty({5, 4}, DType::kF32);
@@ -676,6 +684,8 @@ TEST(GatherScatter, ScatterMeanGivesTheBitsOfZerosScatterAndMul) {
   EXPECT_THROW(scatter_mean_rows(src, i64_tensor({0, 1}), scale, y, nullptr), Error);     // 2 indices, 3 rows
   Tensor wrong = Tensor::empty({5, 3}, DType::kF32);
   EXPECT_THROW(scatter_mean_rows(src, i64_tensor({0, 1, 2}), scale, wrong, nullptr), Error);
+  Tensor half = Tensor::empty({5, 4}, DType::kF16);
+  EXPECT_THROW(scatter_mean_rows(src, i64_tensor({0, 1, 2}), scale, half, nullptr), Error);
 }
 
 TEST(GatherScatter, RowsWithDuplicatesAndBoundsChecks) {

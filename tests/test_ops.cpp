@@ -260,6 +260,9 @@ TEST(Ops, Bf16ActivationsOnlyInBf16Arithmetic) {
     expect("linear, bf16 y", [&] { ops.linear(x, fc, "fc", DType::kBF16); });
     expect("add_rows, bf16 y", [&] { ops.add_rows(x, random({3}, 4), "rows", DType::kBF16); });
     expect("add, bf16 y", [&] { ops.add(x, random({5, 3}, 4), "sum", DType::kBF16); });
+    expect("scatter_mean_rows, bf16 y", [&] {
+      ops.scatter_mean_rows(x, index_tensor({0, 1, -1, 1, 0}), random({2, 1}, 5), "mean", DType::kBF16);
+    });
     expect("deform_conv2d, bf16 y", [&] {
       ops.deform_conv2d(random({1, 4, 4, 3}, 5), random({1, 4, 4, 27}, 6, 0.1f), dcn, "dcn", DType::kBF16);
     });

@@ -714,7 +714,8 @@ Tensor Ops::gather_rows(const Tensor& src, const Tensor& index, std::string labe
   return emit({OpKind::gather_rows, std::move(label), {}, {src, index}, {output({index.size(0), src.size(1)}, to)}, nullptr});
 }
 
-Tensor Ops::scatter_mean_rows(const Tensor& src, const Tensor& index, const Tensor& scale, std::string label) {
+Tensor Ops::scatter_mean_rows(const Tensor& src, const Tensor& index, const Tensor& scale, std::string label,
+                              DType out) {
   const char* op = "scatter_mean_rows";
   expect_rank(op, label, "src", src, 2);
   expect_rank(op, label, "scale", scale, 2);
@@ -724,8 +725,9 @@ Tensor Ops::scatter_mean_rows(const Tensor& src, const Tensor& index, const Tens
     shape_error(op, label, src.describe() + " by " + index.describe() + " scaled by " + scale.describe(),
                 "src [M, C], index i64 [M], scale [N, 1]");
   }
+  expect_float_dtype(op, label, "requested output", out);
   return emit({OpKind::scatter_mean_rows, std::move(label), {}, {src, index, scale},
-               {output({scale.size(0), src.size(1)})}, nullptr});
+               {output({scale.size(0), src.size(1)}, out)}, nullptr});
 }
 
 Tensor Ops::scatter_add_rows(const Tensor& src, const Tensor& index, const Tensor& dst, std::string label) {

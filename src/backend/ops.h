@@ -175,7 +175,9 @@ class Ops {
   // mean over the cameras that see a cell (zeros, scatter_add_rows and mul by scale, as one op
   // with their bits). src [M, C] f32, index [M] i64 (-1 skips a row), scale [N, 1] f32 ->
   // [N, C] f32.
-  Tensor scatter_mean_rows(const Tensor& src, const Tensor& index, const Tensor& scale, std::string label = {});
+  // `out`: bf16 only when the backend runs in bf16 (SCA's mean, which only output_proj reads).
+  Tensor scatter_mean_rows(const Tensor& src, const Tensor& index, const Tensor& scale, std::string label = {},
+                           DType out = DType::kF32);
   // `out` as gather_rows': the parts' dtype when unset, or bf16 for f32 parts in bf16 precision.
   Tensor concat(const std::vector<Tensor>& parts, int64_t axis, std::string label = {},
                 std::optional<DType> out = std::nullopt);

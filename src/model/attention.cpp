@@ -130,7 +130,9 @@ Tensor sca_forward(Ops& ops, const ScaWeights& w, const DeformAttnConfig& cfg, c
   const Tensor sampled = sample_values(ops, w.sampling_offsets, w.attention_weights, queries, in.reference, in.value,
                                       {in.spatial_shapes, in.level_start}, points, /*softmax_per_level=*/false, label);
   // Each cell's mean over the cameras that see it (spec §2.9: slots summed, divided by count).
-  const Tensor slots = ops.scatter_mean_rows(sampled, in.query_index, in.inv_count, label + ".count_mean");
+  // Only output_proj reads the mean: compact (rounded once, where the linear rounded its input).
+  const Tensor slots =
+      ops.scatter_mean_rows(sampled, in.query_index, in.inv_count, label + ".count_mean", compact_dtype(ops));
   return ops.linear(slots, w.output_proj, label + ".output_proj");
 }
 

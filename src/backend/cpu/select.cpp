@@ -291,17 +291,20 @@ void scatter_mean_rows(const Tensor& src, const Tensor& idx, const Tensor& scale
   if (!scale.defined() || scale.dim() != 2) bad_tensor(op, scale, "scale", "contiguous host f32 [N, 1]");
   const int64_t n = scale.size(0);
   expect(op, scale, "scale", DType::kF32, {n, 1});
-  expect(op, y, "y", DType::kF32, {n, c});
+  const bool bf16_out = y.defined() && y.dtype() == DType::kBF16;
+  expect(op, y, "y", bf16_out ? DType::kBF16 : DType::kF32, {n, c});
   if (overlaps(src, y)) bad_tensor(op, y, "y", "a tensor disjoint from src");
   const int64_t* ip = checked_indices(op, idx, m, n);
   if (n == 0 || c == 0) return;
   const float* sp = src.data<float>();
   const float* kp = scale.data<float>();
-  float* yp = y.data<float>();
-  // Blocks of about 64 KiB of y (256 rows of base's 256 channels), each made whole while in L2:
-  // as three ops, base's SCA wrote and read its [40000, 256] slots five times (zeros, the
-  // scatter's read and write, the multiply's read and write).
-  const int64_t rows_per_block = std::max<int64_t>(1, (int64_t{64} << 10) / (c * 4));
+  // Blocks of about 64 KiB of f32 sums (256 rows of base's 256 channels), each made whole while
+  // in L2: as three ops, base's SCA wrote and read its [40000, 256] slots five times (zeros, the
+  // scatter's read and write, the multiply's read and write). A bf16 y gets each block's sums
+  // from a block on the stack, rounded once (a replay allocates nothing).
+  constexpr int64_t kBlockFloats = int64_t{64} << 8;
+  const int64_t rows_per_block = std::max<int64_t>(1, kBlockFloats / c);
+  if (bf16_out && c > kBlockFloats) bad_tensor(op, y, "y", "bf16 rows of at most 16384 channels, or f32");
   const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
   // Counting sort of the rows of src by block, stable (increasing m within a block): the calling
   // thread's buffers, which only grow, so replays allocate nothing.
@@ -324,19 +327,25 @@ void scatter_mean_rows(const Tensor& src, const Tensor& idx, const Tensor& scale
   const int64_t* st = start.data();
   const int64_t* ord = order.data();
   for_chunks(pool, blocks, 1, [&](int64_t b0, int64_t b1) {
+    alignas(64) float stack_sums[kBlockFloats];  // 64 KiB, touched only for a bf16 y
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t r0 = b * rows_per_block, r1 = std::min(n, r0 + rows_per_block);
-      std::memset(yp + r0 * c, 0, static_cast<size_t>((r1 - r0) * c) * sizeof(float));
+      // The block's rows r0.. at sums (y itself in f32).
+      float* sums = bf16_out ? stack_sums : y.data<float>() + r0 * c;
+      std::memset(sums, 0, static_cast<size_t>((r1 - r0) * c) * sizeof(float));
       for (int64_t k = st[b]; k < st[b + 1]; ++k) {
         const int64_t i = ord[k];
-        float* d = yp + ip[i] * c;
+        float* d = sums + (ip[i] - r0) * c;
         const float* s = sp + i * c;
         for (int64_t j = 0; j < c; ++j) d[j] += s[j];
       }
       for (int64_t r = r0; r < r1; ++r) {
         const float k = kp[r];
-        float* d = yp + r * c;
+        float* d = sums + (r - r0) * c;
         for (int64_t j = 0; j < c; ++j) d[j] *= k;
+      }
+      if (bf16_out) {
+        float_to_bf16_n(sums, static_cast<uint16_t*>(y.raw_data()) + r0 * c, static_cast<size_t>((r1 - r0) * c));
       }
     }
   });

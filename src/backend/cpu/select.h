@@ -39,7 +39,8 @@ void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& dst);
 // scatter_add_rows and a multiply by scale [N, 1] with their bits, in one pass over y. y's rows
 // are made in blocks that stay in cache (the rows of src that each block takes are found by one
 // counting sort of idx first), the blocks split over the pool. src [M, C] f32, idx [M] i64
-// (checked: -1 or in [0, N)), y [N, C] f32, contiguous, disjoint from src.
+// (checked: -1 or in [0, N)), y [N, C] f32, or bf16 (each f32 result rounded once to nearest
+// even), contiguous, disjoint from src.
 void scatter_mean_rows(const Tensor& src, const Tensor& idx, const Tensor& scale, Tensor& y, ThreadPool* pool = nullptr);
 
 // Concatenation of contiguous tensors of one dtype along `axis` (negative counts from the
