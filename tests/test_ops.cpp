@@ -81,8 +81,8 @@ struct MiniStage {
     Tensor om = ops.conv2d(f, conv_offset, nullptr, "offset");         // [2, 9, 11, 27]
     Tensor d = ops.deform_conv2d(f, om, dcn, "dcn");                   // [2, 9, 11, 7]
     // Two "levels" (the conv's map and the pool's) flattened as the image features are.
-    Tensor flat = ops.feat_flatten({a.reshape({2, 99, 6}), p.reshape({2, 30, 6})}, {level_row0, level_row1}, cams_embeds,
-                                   "feat_flatten");                     // [2, 129, 6]
+    Tensor flat = ops.feat_flatten({a.reshape({2, 99, 6}), p.reshape({2, 30, 6})}, {level_row0, level_row1},
+                                   cams_embeds, "feat_flatten");        // [2, 129, 6]
     Tensor tokens = d.reshape({2 * 9 * 11, 7});
     Tensor h = ops.linear(tokens, fc1, "fc1");
     Tensor q = ops.linear(h, fc2, "fc2");                              // [198, 8]

@@ -534,7 +534,8 @@ Tensor Ops::feat_flatten(const std::vector<Tensor>& levels, const std::vector<Te
   const char* op = "feat_flatten";
   if (levels.empty()) shape_error(op, label, "no levels", "at least one");
   if (level_rows.size() != levels.size()) {
-    shape_error(op, label, std::to_string(level_rows.size()) + " level rows for " + std::to_string(levels.size()) + " levels",
+    shape_error(op, label,
+                std::to_string(level_rows.size()) + " level rows for " + std::to_string(levels.size()) + " levels",
                 "one per level");
   }
   expect_rank(op, label, "level 0", levels[0], 3);

@@ -126,8 +126,8 @@ class Ops {
   // (x + cams_embeds[image % cams]) + level_rows[l] in f32 (upstream's order), rounded once to
   // `out`: bf16 only when the backend runs in bf16 (only the value projections read it). The
   // adds and the concat one by one wrote and read the maps three more times (base: 95 MB each).
-  Tensor feat_flatten(const std::vector<Tensor>& levels, const std::vector<Tensor>& level_rows, const Tensor& cams_embeds,
-                      std::string label = {}, DType out = DType::kF32);
+  Tensor feat_flatten(const std::vector<Tensor>& levels, const std::vector<Tensor>& level_rows,
+                      const Tensor& cams_embeds, std::string label = {}, DType out = DType::kF32);
 
   // value [bs, Lv, heads, hd] (f32 or bf16), locations [bs, Lq, heads, L, P, 2], weights
   // [bs, Lq, heads, L, P] -> [bs, Lq, heads * hd] f32

@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <span>
-#include <vector>
 
 #include "core/tensor.h"
 #include "core/thread_pool.h"
