@@ -338,8 +338,11 @@ void count_nonfinite_cases(CaseList& l) {
     return;
   }
   const Graph g = graph(l.set());
-  add("img.values.feat_flatten", {g.cams, g.lv(), g.c}, 0);
-  add("enc.out.bev_embed (NaN planted)", {g.hw, g.c}, 4099);
+  // The model's inputs: the image features in the activations' dtype (bf16 in bf16 precision),
+  // one count per sample.
+  add("img.values.feat_flatten", {g.cams, g.lv(), g.c}, 0, l.act());
+  add("img.values.feat_flatten (NaN planted)", {g.cams, g.lv(), g.c}, 100003, l.act());
+  add("enc.out.bev_embed (NaN planted)", {1, g.hw, g.c}, 4099);
   add("enc.out.bev_embed, batch of 3 (NaN planted)", {3, g.hw, g.c}, 4099);
 }
 
