@@ -623,28 +623,12 @@ void add_rows(const Tensor& a, const Tensor& row, Tensor& y, ThreadPool* pool) {
   if (a.numel() == 0) return;
   const float* ap = a.data<float>();
   const float* rp = row.data<float>();
+  float* yp = bf16_out ? nullptr : y.data<float>();
+  auto* yh = bf16_out ? static_cast<uint16_t*>(y.raw_data()) : nullptr;
   for_chunks(pool, a.numel() / c_len, std::max<int64_t>(1, 16384 / c_len), [&](int64_t r0, int64_t r1) {
-    if (bf16_out) {
-      // Sums in f32, 256 columns at a time on the stack (a replayed plan allocates nothing),
-      // then rounded to bf16 16 lanes at a time (float_to_bf16_n).
-      constexpr int64_t kBlock = 256;
-      float sum[kBlock];
-      auto* yp = static_cast<uint16_t*>(y.raw_data());
-      for (int64_t r = r0; r < r1; ++r) {
-        const float* ar = ap + r * c_len;
-        for (int64_t c0 = 0; c0 < c_len; c0 += kBlock) {
-          const int64_t n = std::min(kBlock, c_len - c0);
-          for (int64_t c = 0; c < n; ++c) sum[c] = ar[c0 + c] + rp[c0 + c];
-          float_to_bf16_n(sum, yp + r * c_len + c0, static_cast<size_t>(n));
-        }
-      }
-      return;
-    }
-    float* yp = y.data<float>();
     for (int64_t r = r0; r < r1; ++r) {
       const float* ar = ap + r * c_len;
-      float* yr = yp + r * c_len;
-      for (int64_t c = 0; c < c_len; ++c) yr[c] = ar[c] + rp[c];
+      store_run(yp, yh, r * c_len, c_len, [&](int64_t c) { return ar[c] + rp[c]; });
     }
   });
 }
