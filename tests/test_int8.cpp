@@ -220,10 +220,10 @@ TEST(Int8, TheRecordedImageStageKeepsCodesBetweenBlocks) {
   o.backend_options.precision = Precision::kInt8;
   o.calibration_data = calibration;
   const std::unique_ptr<Engine> engine = Engine::create(m.cfg, m.ck, o);
-  // What is not int8 runs in bf16 where the CPU has AMX tiles, else f32; the summary says so.
+  // What is not int8 runs in bf16 where bf16 outruns f32 (AMX, AMD), else f32; the summary says so.
   const BackendInfo info = engine->backend_info();
   EXPECT_EQ(info.precision, "int8");
-  EXPECT_EQ(info.float_precision, cpu::isa_has_amx() ? "bf16" : "f32");
+  EXPECT_EQ(info.float_precision, cpu::bf16_outruns_f32() ? "bf16" : "f32");
   EXPECT_NE(info.summary().find("int8 with " + info.float_precision + " floats"), std::string::npos) << info.summary();
   for (int k = 0; k < 2; ++k) engine->runner().forward(synthetic_frame(m.cfg, 7, k));
   const std::string d = engine->runner().describe();
@@ -251,7 +251,7 @@ TEST(Int8, TheRecordedImageStageKeepsCodesBetweenBlocks) {
 }
 
 // Ops refuses what an int8 conv cannot run, naming the op, before a plan is recorded: bf16
-// activations where int8's floats are f32 (they are bf16 on AMX, and an int8 conv reads and
+// activations where int8's floats are f32 (they are bf16 on AMX and AMD, and an int8 conv reads and
 // writes them there), and an int8 output over an f32 residual.
 TEST(Int8, OpsRefuseBf16AndF32ResidualsAtAnInt8Conv) {
   if (!cpu::has_int8_dot()) GTEST_SKIP() << "this CPU has no exact int8 dot product";
@@ -289,7 +289,7 @@ double stage_error(const GoldenFrameResult& f, const std::string& name) {
 
 TEST(Int8, GoldenMicroStaysWithinItsBoundsStageByStage) {
   // Every backbone conv in int8 (per-output-channel weight steps, the calibrated input step;
-  // u8 codes between blocks too), everything else in the float arithmetic (bf16 on AMX, else
+  // u8 codes between blocks too), everything else in the float arithmetic (bf16 on AMX and AMD, else
   // f32); calibrated on the set's own three frames. The bounds are 8-bit quantization's: each
   // int8 conv adds about step / sqrt(12) per input, ~0.5% of an activation's range; 3e-2 allows
   // for the convs that compound within the backbone, 1e-2 for f32 stages after it, and where

@@ -448,7 +448,7 @@ TEST(Bottleneck, Int8EqualsTheInt8ConvsRunOneByOne) {
 // on AMX, f32 elsewhere), bit for bit.
 TEST(Conv2d, Int8PrecisionRunsUncalibratedConvsInItsFloatArithmeticAndRefusesStepsElsewhere) {
   const Precision arithmetic = float_arithmetic(Precision::kInt8);
-  EXPECT_EQ(arithmetic, isa_has_amx() ? Precision::kBF16 : Precision::kF32);
+  EXPECT_EQ(arithmetic, bf16_outruns_f32() ? Precision::kBF16 : Precision::kF32);
   const Member m = member(7, 5, 3, true, false, 95, arithmetic);
   const Conv2d plain(m.w, &m.b, m.a, Precision::kInt8);  // no step
   EXPECT_EQ(plain.precision(), arithmetic);

@@ -231,14 +231,14 @@ TEST(Ops, ShapeErrorsNameTheOpAndExpectation) {
 }
 
 // Compact bf16 activations (model/attention.h) exist only in bf16 arithmetic (bf16 precision,
-// or int8 precision on a CPU with AMX, whose float parts run in bf16): in f32 every op refuses a
+// or int8 precision where bf16 outruns f32, whose float parts then run in bf16): in f32 every op refuses a
 // bf16 input or a requested bf16 output, naming what it expected; in bf16 the same calls run.
 // Copies into bf16 take f32 only.
 TEST(Ops, Bf16ActivationsOnlyInBf16Arithmetic) {
   for (const Precision p : {Precision::kF32, Precision::kBF16, Precision::kInt8}) {
     auto backend = make_cpu_backend(1, p);
     Ops ops(*backend);
-    EXPECT_EQ(backend->float_precision(), p == Precision::kInt8 ? (cpu::isa_has_amx() ? Precision::kBF16 : Precision::kF32) : p);
+    EXPECT_EQ(backend->float_precision(), p == Precision::kInt8 ? (cpu::bf16_outruns_f32() ? Precision::kBF16 : Precision::kF32) : p);
     const bool ok = backend->float_precision() == Precision::kBF16;
     const PreparedWeights fc = ops.prepare_linear(random({4, 3}, 1), nullptr, {});
     const PreparedWeights dcn = ops.prepare_deform_conv2d(random({5, 3, 3, 3}, 2, 0.2f), nullptr, {.relu = true});

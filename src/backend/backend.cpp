@@ -51,7 +51,7 @@ std::string BackendInfo::summary() const {
   std::string s = backend + ": " + device;
   if (!isa.empty()) s += ", " + isa;
   if (threads > 0) s += ", " + std::to_string(threads) + " thread" + (threads == 1 ? "" : "s");
-  // int8 says what its float parts run in (bf16 on AMX, f32 elsewhere: Backend::float_precision).
+  // int8 says what its float parts run in (bf16 on AMX and AMD, else f32: Backend::float_precision).
   if (!float_precision.empty() && float_precision != precision) s += ", " + precision + " with " + float_precision + " floats";
   return s;
 }

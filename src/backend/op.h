@@ -68,7 +68,7 @@ const char* op_name(OpKind kind);
 
 // kInt8: the convolutions the model prepared with a calibrated input step (Conv2dAttrs::int8_step:
 // the backbone's, docs/PERF.md "int8 precision") multiply int8 inputs by int8 weights; everything
-// else runs in the backend's float arithmetic (Backend::float_precision: bf16 on AMX, else f32).
+// else runs in the backend's float arithmetic (Backend::float_precision: bf16 on AMX and AMD, else f32).
 enum class Precision : uint8_t { kF32, kBF16, kInt8 };
 const char* precision_name(Precision p);
 // "f32" | "bf16" | "int8" -> Precision; anything else throws Error(kInvalidInput) naming `where`.

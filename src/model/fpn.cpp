@@ -7,7 +7,7 @@
 namespace bev {
 namespace {
 
-// The neck is not int8 in int8 precision (it runs in the float arithmetic: bf16 on AMX, else
+// The neck is not int8 in int8 precision (it runs in the float arithmetic: bf16 on AMX and AMD, else
 // f32, Backend::float_precision): in int8 it tripled the neck's error (tiny's synthetic
 // drive: neck.0 4.6e-3 -> 1.4e-2 relative L2 against f32, bev_embed 4.5e-4 -> 1.4e-3; golden
 // micro alike) to save 7 of tiny's 740 ms (docs/PERF.md "int8 precision").

@@ -42,7 +42,7 @@ void check_activation(const char* name, const Tensor& t, Precision precision) {
 dt dtype_of(const Tensor& t) { return t.dtype() == DType::kBF16 ? dt::bf16 : dt::f32; }
 
 // The convs int8 precision leaves to floats (no calibrated step) are convs of its float
-// arithmetic in every way (bf16 on AMX, else f32).
+// arithmetic in every way (bf16 on AMX and AMD, else f32).
 Precision arithmetic_of(Precision p) { return float_arithmetic(p); }
 
 }  // namespace

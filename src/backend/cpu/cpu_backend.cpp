@@ -307,7 +307,7 @@ class CpuBackend final : public Backend {
 
   ThreadPool pool_;
   Precision precision_;
-  Precision float_;  // float_precision(): precision_, or in int8 bf16 on AMX and f32 elsewhere
+  Precision float_;  // float_precision(): precision_, or in int8 bf16 where cpu::bf16_outruns_f32()
 };
 
 }  // namespace

@@ -41,8 +41,11 @@ int num_threads();
 std::string isa_name();
 // Whether oneDNN runs on AMX tiles here (bf16 and int8): some fusions that pay on AVX-512 do not.
 bool isa_has_amx();
+// Whether oneDNN's bf16 runs at about twice its f32 rate here: on AMX tiles, and on AMD's
+// avx512_bf16 (Zen 4 and 5); not on Intel's avx512_bf16 without AMX.
+bool bf16_outruns_f32();
 // The arithmetic of the ops that are not int8 in `p` (Backend::float_precision): p itself in f32
-// and bf16; in int8 bf16 where oneDNN runs AMX tiles, else f32.
+// and bf16; in int8 bf16 where bf16_outruns_f32(), else f32.
 Precision float_arithmetic(Precision p);
 
 dnnl::memory::data_type to_dnnl(DType dtype);  // throws kUnsupported for dtypes oneDNN lacks
