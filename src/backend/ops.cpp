@@ -698,7 +698,7 @@ void Ops::expect_float_dtype(const char* op, const std::string& label, const cha
   const bool bf16 = backend_.float_precision() == Precision::kBF16;
   if (!(dtype == DType::kF32 || (bf16 && dtype == DType::kBF16)))
     shape_error(op, label, std::string(what) + " dtype " + dtype_name(dtype),
-                bf16 ? "f32 or bf16" : "f32 (bf16 needs bf16 arithmetic: bf16 precision, or int8 with AMX)");
+                bf16 ? "f32 or bf16" : "f32 (bf16 needs bf16 arithmetic: bf16 precision, or int8 on AMX or AMD)");
 }
 
 DType Ops::copy_dtype(const char* op, const std::string& label, DType from, std::optional<DType> out) const {

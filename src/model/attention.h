@@ -35,7 +35,7 @@ Tensor ffn_norm_forward(Ops& ops, const FfnWeights& f, const LayerNormWeights& n
 // The dtype of an activation that only linears and msda read (deformable attention's projected
 // values and the rows they are projected from, TSA's query_cat, SCA's rebatched queries, the FFN's
 // hidden layer): bf16 when the backend's float arithmetic is bf16 (bf16 precision, or int8 on
-// AMX), which halves its bytes (msda's random gathers, the 2C-wide rows) and spares each reading
+// AMX and AMD), which halves its bytes (msda's random gathers, the 2C-wide rows) and spares each reading
 // linear a conversion; f32 otherwise.
 DType compact_dtype(Ops& ops);
 

@@ -10,7 +10,7 @@ namespace bev {
 namespace {
 
 // The dtype of float activations only convolutions read: bf16 where the float arithmetic is
-// bf16 (bf16 precision, and int8's floats on AMX: half the bytes, and no rounding of an f32 copy
+// bf16 (bf16 precision, and int8's floats on AMX and AMD: half the bytes, and no rounding of an f32 copy
 // in every conv; int8 convs quantize and dequantize bf16 as they do f32), else f32.
 DType conv_activations(Ops& ops) {
   return ops.backend().float_precision() == Precision::kBF16 ? DType::kBF16 : DType::kF32;
