@@ -172,6 +172,37 @@ TEST(HttpHostile, ShutdownAnswersEveryRequestSentWhole) {
   EXPECT_GT(counts[200], 0);
 }
 
+// #5b: during a shutdown the listener stays open while connections are (up to the grace), so a
+// client connecting then is answered 503 instead of refused, or reset with its request sent:
+// closing a listening socket resets the connections the kernel completed after the last accept,
+// and under load clients still connect then (ShutdownAnswersEveryRequestSentWhole lost one that
+// way, 1 run in about 30; 3 in 10 with 20 ms between the last accept and the close).
+TEST(HttpHostile, AClientConnectingDuringTheDrainIsAnswered) {
+  RunningServer server;  // shutdown grace 1 s
+  RawConn busy(server.port());
+  // One whole request answered (the server has accepted the connection), then half of another:
+  // the connection stays open through the grace.
+  ASSERT_TRUE(busy.send("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  ASSERT_EQ(busy.answer().status, 200);
+  ASSERT_TRUE(busy.send("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"));
+  auto stopped = std::async(std::launch::async, [&] { server.stop(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  RawConn late(server.port());
+  ASSERT_TRUE(late.connected()) << "refused while a connection was still open and the grace not over";
+  ASSERT_TRUE(late.send(request("POST", frames_path("late"), json_body(micro_frame(0, "late", 1.0)))));
+  const RawAnswer a = late.answer();
+  EXPECT_EQ(a.status, 503) << a.head;
+  EXPECT_EQ(kind_of(a), "shutting_down");
+  EXPECT_EQ(a.header("Connection"), "close");
+  const RawAnswer b = busy.answer();  // its request never arrived whole: 503 at the grace
+  EXPECT_EQ(b.status, 503) << b.head;
+  EXPECT_EQ(stopped.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  // The listener is closed once the grace is over.
+  RawConn after(server.port());
+  EXPECT_FALSE(after.connected() && after.send("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n") &&
+               after.answer().status != 0);
+}
+
 // #6: a burst of connections is accepted (deep backlog) and every one answered.
 TEST(HttpHostile, BurstOf200ConnectionsIsAnswered) {
   RunningServer server;

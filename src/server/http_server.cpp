@@ -44,6 +44,7 @@ struct HttpServer::Impl {
   void accept();
   void on_accept(const boost::system::error_code& ec, tcp::socket socket);
   void start_session(tcp::socket socket);
+  void watch_close();
   void close_listener();
 
   Service& service;
@@ -58,6 +59,13 @@ struct HttpServer::Impl {
   asio::strand<asio::io_context::executor_type> accept_strand{asio::make_strand(ioc)};
   tcp::acceptor acceptor{accept_strand};
   asio::steady_timer accept_retry{accept_strand};
+  // After shutdown() the listener stays open while connections are (up to shutdown_grace_seconds
+  // after it began): closing a listening socket resets every connection the kernel completed
+  // after our last accept, with its request possibly sent, and during a drain under load clients
+  // are still connecting. Open, it answers them 503; the reset's window moves to when the server
+  // is idle.
+  asio::steady_timer close_watch{accept_strand};
+  Clock::time_point close_by{};
   asio::thread_pool handlers;
   std::atomic<bool> closing{false};
 };
@@ -267,13 +275,14 @@ void HttpServer::Impl::on_accept(const boost::system::error_code& ec, tcp::socke
     // Out of descriptors or buffers: retrying at once would spin; connections wait in the backlog.
     accept_retry.expires_after(std::chrono::milliseconds(50));
     accept_retry.async_wait([this](const boost::system::error_code& e) {
-      if (!e && !closing) accept();
+      if (!e && acceptor.is_open()) accept();
     });
     return;
   }
   // Served even when the listener closed meanwhile: this connection was accepted before it did.
+  // While shutting down too (see close_watch): its request is answered 503.
   start_session(std::move(socket));
-  if (!closing && acceptor.is_open()) accept();
+  if (acceptor.is_open()) accept();
 }
 
 void HttpServer::Impl::start_session(tcp::socket socket) {
@@ -288,8 +297,25 @@ void HttpServer::Impl::start_session(tcp::socket socket) {
   asio::dispatch(session->executor(), [session, over_capacity] { session->start(over_capacity); });
 }
 
+// On the accept strand, from shutdown(): every 5 ms until no connection is open or the grace has
+// passed. (A session's destructor could say when the last one closes, but it may run inside
+// ~io_context, where posting is not safe.)
+void HttpServer::Impl::watch_close() {
+  bool idle = false;
+  {
+    std::lock_guard lock(mu);
+    idle = sessions.empty();
+  }
+  if (idle || Clock::now() >= close_by || !acceptor.is_open()) return close_listener();
+  close_watch.expires_after(std::chrono::milliseconds(5));
+  close_watch.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) watch_close();
+  });
+}
+
 void HttpServer::Impl::close_listener() {
   boost::system::error_code ec;
+  close_watch.cancel();
   acceptor.cancel(ec);
   accept_retry.cancel();
   // Connections the kernel completed but we have not accepted would be reset by close(): their
@@ -356,7 +382,10 @@ void HttpServer::shutdown() {
   Impl& s = *impl_;
   s.service.begin_shutdown();
   if (s.closing.exchange(true)) return;
-  asio::post(s.accept_strand, [&s] { s.close_listener(); });
+  asio::post(s.accept_strand, [&s] {
+    s.close_by = Clock::now() + seconds(s.options.shutdown_grace_seconds);
+    s.watch_close();
+  });
   std::vector<std::shared_ptr<Session>> open;
   {
     // Collected first: the last reference to a session may drop here, and its destructor takes mu.

@@ -39,10 +39,11 @@ class HttpServer {
   int port() const { return port_; }
   // Serves until shutdown(); returns after every connection was answered and closed.
   void run();
-  // Graceful stop: new frames are refused (503), connections already queued in the listen backlog
-  // are still accepted, then the listening socket closes; requests that arrive whole within
-  // shutdown_grace_seconds are answered (frames already accepted run to their end), every answer
-  // says Connection: close, then run() returns. Safe from any thread, more than once.
+  // Graceful stop: new frames are refused (503); the listening socket stays open while connections
+  // are (at most shutdown_grace_seconds), so clients connecting meanwhile are answered 503, not
+  // reset, then it closes after accepting what is queued in its backlog; requests that arrive
+  // whole within shutdown_grace_seconds are answered (frames already accepted run to their end),
+  // every answer says Connection: close, then run() returns. Safe from any thread, more than once.
   void shutdown();
 
   struct Impl;
