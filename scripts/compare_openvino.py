@@ -22,16 +22,16 @@ scales, activation ranges from --calib frames of images), compiled the same way.
 untimed, then --frames times; medians are reported. With --rounds R the two sides alternate R
 times per precision (OpenVINO's --frames, then a `bevformer bench`) and the medians of the rounds
 are reported with each round's ratio: the VMs here swing by up to 1.5x within minutes, which one
-pass of each side would read as a difference between them. OpenVINO's f32 output is compared with the
-reference's (relative L2 per level) so that both sides provably run the same network.
+pass of each side would read as a difference between them. OpenVINO's f32 output is compared
+with the reference's (relative L2 per level) so that both sides provably run the same network.
 
 bevformer.cpp's side is `bevformer bench` at each precision with the same weights, threads and
 --frames: the median of its image stage over the timed frames. That stage is the backbone plus the
 FPN and the value projections (about 1% more work for tiny), so the ratio is slightly in
 OpenVINO's favour; with --with-neck OpenVINO runs the backbone and the FPN, exported together
 (in int8 NNCF may quantize the FPN's convs, which ours keeps in floats), and only the value
-projections (0.2% of tiny's stage in bf16) are ours alone. Its int8 is calibrated first by `bevformer calibrate` on --calib frames of the
-synthetic drive (N(0, 1) images, as NNCF's).
+projections (0.2% of tiny's stage in bf16) are ours alone. Its int8 is calibrated first by
+`bevformer calibrate` on --calib frames of the synthetic drive (N(0, 1) images, as NNCF's).
 Exit status: 0, 77 when torch or openvino is missing (the venv above), 1 on a mismatch."""
 # --export DIR (internal): run by /usr/bin/python3 with torch, writes DIR/backbone.onnx, the images
 # (images.npy, calib.npy) and the reference backbone's outputs on the images (want.npz).
@@ -40,6 +40,7 @@ import argparse
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -57,12 +58,6 @@ def need(module, hint):
         sys.exit(SKIP)
 
 
-def median(xs):
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
-
-
 def timed(fn, frames):
     fn()  # untimed: first-run allocations, kernel selection
     out = []
@@ -70,7 +65,7 @@ def timed(fn, frames):
         t = time.perf_counter()
         fn()
         out.append((time.perf_counter() - t) * 1e3)
-    return median(out)
+    return statistics.median(out)
 
 
 def calibrate(binary, config, weights, threads, seed, calib, tmp):
@@ -255,16 +250,17 @@ def main():
                     row["bevformer_error"] = str(e)
                     print(f"compare_openvino: bevformer.cpp {prec}: {e}", file=sys.stderr)
             if theirs:
-                row["openvino_ms"], row["openvino_rounds_ms"] = median(theirs), theirs
+                row["openvino_ms"], row["openvino_rounds_ms"] = statistics.median(theirs), theirs
             if mine and "bevformer_error" not in row:
-                row["bevformer_ms"], row["bevformer_rounds_ms"] = median(mine), mine
+                row["bevformer_ms"], row["bevformer_rounds_ms"] = statistics.median(mine), mine
             if "openvino_ms" in row and "bevformer_ms" in row:
                 row["ratio"] = row["openvino_ms"] / row["bevformer_ms"]
                 row["ratio_rounds"] = [t / m for t, m in zip(theirs, mine)]
             rows.append(row)
 
-    out = {"config": name, "openvino_runs": what(args), "threads": args.threads, "frames": args.frames, "rounds": args.rounds, "seed": args.seed,
-           "images": list(shape), "openvino": ov.__version__ if hasattr(ov, "__version__") else ov.get_version(),
+    out = {"config": name, "openvino_runs": what(args), "threads": args.threads, "frames": args.frames,
+           "rounds": args.rounds, "seed": args.seed, "images": list(shape),
+           "openvino": ov.__version__ if hasattr(ov, "__version__") else ov.get_version(),
            "cpu": cpu, "openvino_capabilities": list(caps), "f32_relative_l2_per_level": fidelity, "rows": rows}
     if args.json:
         print(json.dumps(out, indent=1))

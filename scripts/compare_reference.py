@@ -15,19 +15,23 @@ model on a CPU with bf16 units (reference/time_reference.py).
 The two run one after the other, never at once, so neither slows the other. With --rounds R they
 alternate R times (torch, ours, torch, ...) and the medians of the rounds are reported with each
 round's ratio: the VMs here swing by 10-50% within minutes, which one pass of each side would
-read as a difference between them. The torch side uses
-glibc malloc tunables that keep freed buffers for reuse (see reference/time_reference.py);
---default-malloc passes glibc's defaults through instead. Exit status: 0, or 77 when torch is
+read as a difference between them. The torch side uses glibc malloc tunables that keep freed
+buffers for reuse (see reference/time_reference.py); --default-malloc passes glibc's defaults
+through instead. Exit status: 0, or 77 when torch is
 not installed (reference/README.md)."""
 
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+BACKBONE = ("img.stem", "img.layer1", "img.layer2", "img.layer3", "img.layer4")
 
 
 def run_json(cmd):
@@ -70,7 +74,7 @@ def main():
                      "--precision", torch_precision, "--json"]
         if args.default_malloc:
             torch_cmd.append("--default-malloc")
-        refs, ourss = [], []
+        refs, benches = [], []  # one per round: time_reference's JSON, bench's
         for _ in range(args.rounds):
             print("+ " + " ".join(torch_cmd), file=sys.stderr, flush=True)
             p = subprocess.run(torch_cmd, stdout=subprocess.PIPE, text=True)
@@ -80,31 +84,24 @@ def main():
             if p.returncode != 0:
                 return p.returncode
             refs.append(json.loads(p.stdout))
-            ourss.append(run_json([args.bevformer, "bench", *common, "--precision", args.precision, "--no-peak",
-                                   "--json"]))
+            benches.append(run_json([args.bevformer, "bench", *common, "--precision", args.precision, "--no-peak",
+                                     "--json"]))
 
-    def backbone_of(ours):
-        return sum(s["ms"] for s in ours["stages"] if s["name"] in
-                   ("img.stem", "img.layer1", "img.layer2", "img.layer3", "img.layer4"))
-
-    def median(xs):
-        s = sorted(xs)
-        return s[len(s) // 2] if len(s) % 2 else 0.5 * (s[len(s) // 2 - 1] + s[len(s) // 2])
-
-    ours, ref = ourss[0], refs[0]
-    backbone = median([backbone_of(o) for o in ourss])
-    ref_backbone = median([r["backbone_median_ms"] for r in refs])
+    median = statistics.median
+    ours, ref = benches[0], refs[0]  # for what every round reports alike
+    backbone = median(sum(s["ms"] for s in b["stages"] if s["name"] in BACKBONE) for b in benches)
+    ref_backbone = median(r["backbone_median_ms"] for r in refs)
     out = {
         "config": ours["config"], "threads": args.threads, "frames": args.frames, "rounds": args.rounds,
         "seed": args.seed,
         # Each side's precision as it reports it, not as asked. With rounds: medians of the rounds.
-        "bevformer": {"median_ms": median([o["median_ms"] for o in ourss]),
-                      "p90_ms": median([o["p90_ms"] for o in ourss]), "backbone_ms": backbone,
+        "bevformer": {"median_ms": median(b["median_ms"] for b in benches),
+                      "p90_ms": median(b["p90_ms"] for b in benches), "backbone_ms": backbone,
                       "precision": ours["precision"], "device": ours["device"]},
-        "pytorch": {"median_ms": median([r["median_ms"] for r in refs]), "p90_ms": median([r["p90_ms"] for r in refs]),
+        "pytorch": {"median_ms": median(r["median_ms"] for r in refs), "p90_ms": median(r["p90_ms"] for r in refs),
                     "backbone_ms": ref_backbone, "torch_version": ref["torch_version"], "malloc": ref["malloc"],
                     "precision": ref["precision"]},
-        "ratio_frame_rounds": [r["median_ms"] / o["median_ms"] for r, o in zip(refs, ourss)],
+        "ratio_frame_rounds": [r["median_ms"] / b["median_ms"] for r, b in zip(refs, benches)],
     }
     out["ratio_frame"] = out["pytorch"]["median_ms"] / out["bevformer"]["median_ms"]
     out["ratio_backbone"] = ref_backbone / backbone if backbone > 0 else None

@@ -445,7 +445,7 @@ TEST(Bottleneck, Int8EqualsTheInt8ConvsRunOneByOne) {
 }
 
 // A conv without a calibrated step in int8 precision is a conv of int8's float arithmetic (bf16
-// on AMX, f32 elsewhere), bit for bit.
+// where bf16_outruns_f32(): AMX, AMD; f32 elsewhere), bit for bit.
 TEST(Conv2d, Int8PrecisionRunsUncalibratedConvsInItsFloatArithmeticAndRefusesStepsElsewhere) {
   const Precision arithmetic = float_arithmetic(Precision::kInt8);
   EXPECT_EQ(arithmetic, bf16_outruns_f32() ? Precision::kBF16 : Precision::kF32);
