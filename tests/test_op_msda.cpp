@@ -365,8 +365,8 @@ TEST(Msda, PrefetchIsBitIdentical) {
       {1, 1, 1, 70, 1, {{1, 1}}},
       {2, 33, 8, 32, 8, {{4, 4}, {2, 8}, {1, 1}, {5, 3}}},
       {2, 97, 8, 33, 4, {{9, 7}, {3, 2}}},
-      // 8 x 32 floats per row, 8193 rows: just over 8 MiB per batch, so kAuto prefetches.
-      {2, 300, 8, 32, 4, {{3, 2731}}},
+      // 8 x 32 floats per row, 32769 rows: just over 32 MiB per batch, so kAuto prefetches.
+      {1, 300, 8, 32, 4, {{3, 10923}}},
   };
   for (size_t k = 0; k < cases.size(); ++k) {
     const Inputs in = make_inputs(cases[k], 3000u + static_cast<uint32_t>(k));

@@ -98,8 +98,10 @@ void check_out(const char* who, const KernelArgs& p, Tensor& out) {
   if (out.shape() != out_shape || !dense(out)) bad_shape(who, "out", out, "contiguous " + shape_str(out_shape));
 }
 
-// Whether the AVX-512 path prefetches: 8 MiB (measured, docs/PERF.md): tiny's maps (2.5 MB at
-// most) lose with prefetching, base's (31-41 MB) gain.
+// Whether the AVX-512 path prefetches: 32 MiB (measured, docs/PERF.md). Base TSA's maps (41 MB in
+// bf16, 82 MB in f32) stream from DRAM and gain; maps that an L3 of 32 MiB holds lose or break
+// even: tiny's (2.5 MB at most), base SCA's per camera (15.8 MB bf16, 31.6 MB f32; 20% slower with
+// prefetching on Zen 4, even on Zen 5) and base's decoder map in bf16 (20.5 MB).
 bool wants_prefetch(const KernelArgs& p, MsdaPrefetch prefetch) {
   const double batch_bytes = static_cast<double>(p.lv) * static_cast<double>(p.heads * p.hd) *
                              static_cast<double>(p.value_bf16 ? sizeof(uint16_t) : sizeof(float));

@@ -19,7 +19,7 @@
 // against). msda is the fast kernel: per query it first turns every (h, l, p) sample into four
 // corner rows and four corner weights (attention weight folded in), vectorized over samples, then
 // accumulates value rows across hd with AVX-512 (AVX2 or scalar where the CPU lacks it, chosen at
-// run time), over (b, q) chunks of the pool; on value maps of 8 MiB or more per batch it also
+// run time), over (b, q) chunks of the pool; on value maps of 32 MiB or more per batch it also
 // prefetches the next query's rows (MsdaPrefetch). Its sums are ordered differently from the
 // reference (per corner, with FMAs), so it agrees to rounding:
 // |fast - ref| <= ~1e-6 * sum |w| * max |value|.
@@ -54,7 +54,7 @@ MsdaIsa msda_best_isa();
 // caches its instructions cost more than the stalls they hide. Tests and the benchmark force
 // kOn/kOff; the result is bit-identical either way.
 enum class MsdaPrefetch : uint8_t { kAuto, kOff, kOn };
-inline constexpr double kMsdaPrefetchBytes = 8.0 * (1 << 20);
+inline constexpr double kMsdaPrefetchBytes = 32.0 * (1 << 20);
 // Throws Error(kUnsupported) when the CPU lacks `isa`.
 void msda_with_isa(MsdaIsa isa, const Tensor& value, const SpatialShapes& spatial_shapes,
                    const std::vector<int64_t>& level_start, const Tensor& sampling_locations,
