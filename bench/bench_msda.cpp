@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
     // The prefetch switch forced each way (kAuto above picks by map size): the data behind
-    // kMsdaPrefetchBytes.
+    // msda_prefetch_bytes().
     for (MsdaPrefetch pf : {MsdaPrefetch::kOff, MsdaPrefetch::kOn})
       benchmark::RegisterBenchmark(
           (c.name + "/avx512_prefetch_" + (pf == MsdaPrefetch::kOn ? "on" : "off") + "/threads:2").c_str(), bm_fast, d,

@@ -351,7 +351,8 @@ TEST(Msda, ThreadCountInvariant) {
 
 // Prefetching the next query's rows (the AVX-512 path, automatic on large maps) changes no bit:
 // forced on and off over awkward shapes, chunkings (the chunk's last query has no next one) and
-// a head-major view, and on a map just past kMsdaPrefetchBytes where kAuto turns it on.
+// a head-major view, and on a map just past both thresholds of msda_prefetch_bytes(), where kAuto
+// turns it on.
 TEST(Msda, PrefetchIsBitIdentical) {
   if (!msda_isa_supported(MsdaIsa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
   const auto run = [](const Inputs& in, const Tensor& value, ThreadPool& pool, MsdaPrefetch pf) {
@@ -365,9 +366,11 @@ TEST(Msda, PrefetchIsBitIdentical) {
       {1, 1, 1, 70, 1, {{1, 1}}},
       {2, 33, 8, 32, 8, {{4, 4}, {2, 8}, {1, 1}, {5, 3}}},
       {2, 97, 8, 33, 4, {{9, 7}, {3, 2}}},
-      // 8 x 32 floats per row, 32769 rows: just over 32 MiB per batch, so kAuto prefetches.
+      // 8 x 32 floats per row, 32769 rows: just over 32 MiB per batch, so kAuto prefetches on
+      // every CPU.
       {1, 300, 8, 32, 4, {{3, 10923}}},
   };
+  static_assert(3.0 * 10923 * 8 * 32 * sizeof(float) >= kMsdaPrefetchBytesAmd && kMsdaPrefetchBytesAmd >= kMsdaPrefetchBytesOther);
   for (size_t k = 0; k < cases.size(); ++k) {
     const Inputs in = make_inputs(cases[k], 3000u + static_cast<uint32_t>(k));
     const Tensor head_major_view = in.value.permute({0, 2, 1, 3}).contiguous().permute({0, 2, 1, 3});
@@ -385,7 +388,7 @@ TEST(Msda, PrefetchIsBitIdentical) {
     }
   }
   ThreadPool pool(2);
-  check_all(make_inputs(cases.back(), 3100u), pool, "map past kMsdaPrefetchBytes");  // kAuto's prefetching path vs the spec
+  check_all(make_inputs(cases.back(), 3100u), pool, "map past msda_prefetch_bytes()");  // kAuto's prefetching path vs the spec
 }
 
 // bf16 values (what the model's value projections write in bf16 precision) are widened exactly,

@@ -98,14 +98,14 @@ void check_out(const char* who, const KernelArgs& p, Tensor& out) {
   if (out.shape() != out_shape || !dense(out)) bad_shape(who, "out", out, "contiguous " + shape_str(out_shape));
 }
 
-// Whether the AVX-512 path prefetches: 32 MiB (measured, docs/PERF.md). Base TSA's maps (41 MB in
-// bf16, 82 MB in f32) stream from DRAM and gain; maps that an L3 of 32 MiB holds lose or break
-// even: tiny's (2.5 MB at most), base SCA's per camera (15.8 MB bf16, 31.6 MB f32; 20% slower with
-// prefetching on Zen 4, even on Zen 5) and base's decoder map in bf16 (20.5 MB).
+// Whether the AVX-512 path prefetches (msda_prefetch_bytes; measured, docs/PERF.md). Base TSA's
+// maps (41 MB in bf16, 82 MB in f32) stream from DRAM and gain everywhere; tiny's (2.5 MB at most)
+// lose everywhere; base SCA's per camera (15.8 MB bf16, 31.6 MB f32) and base's decoder map in
+// bf16 (20.5 MB) sit in an AMD L3, where prefetching them lost 20% (Zen 4) or broke even (Zen 5).
 bool wants_prefetch(const KernelArgs& p, MsdaPrefetch prefetch) {
   const double batch_bytes = static_cast<double>(p.lv) * static_cast<double>(p.heads * p.hd) *
                              static_cast<double>(p.value_bf16 ? sizeof(uint16_t) : sizeof(float));
-  return prefetch == MsdaPrefetch::kOn || (prefetch == MsdaPrefetch::kAuto && batch_bytes >= kMsdaPrefetchBytes);
+  return prefetch == MsdaPrefetch::kOn || (prefetch == MsdaPrefetch::kAuto && batch_bytes >= msda_prefetch_bytes());
 }
 
 // Checks every input against the others and returns the plan (tables not yet built). `out` is
@@ -430,6 +430,11 @@ bool msda_isa_supported(MsdaIsa isa) {
              __builtin_cpu_supports("avx512dq");
   }
   return false;
+}
+
+double msda_prefetch_bytes() {
+  static const double bytes = (__builtin_cpu_init(), __builtin_cpu_is("amd") != 0) ? kMsdaPrefetchBytesAmd : kMsdaPrefetchBytesOther;
+  return bytes;
 }
 
 MsdaIsa msda_best_isa() {

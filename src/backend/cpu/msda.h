@@ -19,7 +19,7 @@
 // against). msda is the fast kernel: per query it first turns every (h, l, p) sample into four
 // corner rows and four corner weights (attention weight folded in), vectorized over samples, then
 // accumulates value rows across hd with AVX-512 (AVX2 or scalar where the CPU lacks it, chosen at
-// run time), over (b, q) chunks of the pool; on value maps of 32 MiB or more per batch it also
+// run time), over (b, q) chunks of the pool; on value maps of 8 or 32 MiB or more per batch (msda_prefetch_bytes) it also
 // prefetches the next query's rows (MsdaPrefetch). Its sums are ordered differently from the
 // reference (per corner, with FMAs), so it agrees to rounding:
 // |fast - ref| <= ~1e-6 * sum |w| * max |value|.
@@ -49,12 +49,17 @@ const char* msda_isa_name(MsdaIsa isa);
 bool msda_isa_supported(MsdaIsa isa);
 MsdaIsa msda_best_isa();
 // Whether the AVX-512 path prefetches the next query's value rows while it accumulates this one.
-// kAuto (what msda uses) turns it on for value maps of kMsdaPrefetchBytes or more per batch: maps
-// that stream from DRAM, where prefetching cuts base TSA's time by a third; on maps that fit the
-// caches its instructions cost more than the stalls they hide. Tests and the benchmark force
+// kAuto (what msda uses) turns it on for value maps of msda_prefetch_bytes() or more per batch:
+// maps that stream from DRAM, where prefetching cuts base TSA's time by a third; on maps that fit
+// the caches its instructions cost more than the stalls they hide. Tests and the benchmark force
 // kOn/kOff; the result is bit-identical either way.
 enum class MsdaPrefetch : uint8_t { kAuto, kOff, kOn };
-inline constexpr double kMsdaPrefetchBytes = 32.0 * (1 << 20);
+// 32 MiB on AMD, whose L3 (a CCD's 32 MiB, ~50 cycles away) holds base SCA's per-camera maps:
+// prefetching them cost 20% on Zen 4 and gained nothing on Zen 5 (docs/PERF.md). 8 MiB elsewhere:
+// on Intel's mesh L3, two to three times as far, SCA without prefetching is unmeasured.
+inline constexpr double kMsdaPrefetchBytesAmd = 32.0 * (1 << 20);
+inline constexpr double kMsdaPrefetchBytesOther = 8.0 * (1 << 20);
+double msda_prefetch_bytes();
 // Throws Error(kUnsupported) when the CPU lacks `isa`.
 void msda_with_isa(MsdaIsa isa, const Tensor& value, const SpatialShapes& spatial_shapes,
                    const std::vector<int64_t>& level_start, const Tensor& sampling_locations,

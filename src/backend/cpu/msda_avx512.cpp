@@ -179,7 +179,7 @@ BEV_AVX512 void accumulate_head(const KernelArgs& p, const Corners& c, const T* 
   }
 }
 
-// Step (3), for value maps of kMsdaPrefetchBytes or more: touch every line of query bq+1's corner
+// Step (3), for value maps of msda_prefetch_bytes() or more: touch every line of query bq+1's corner
 // rows (prepared into `c`) while query bq accumulates. The hardware prefetchers do not follow these
 // rows (four corners, up to eight heads, two map rows: dozens of short streams that each cross
 // a 4 KiB page every few queries), so without it nearly every corner of base's TSA waits on
