@@ -19,9 +19,9 @@
 // against). msda is the fast kernel: per query it first turns every (h, l, p) sample into four
 // corner rows and four corner weights (attention weight folded in), vectorized over samples, then
 // accumulates value rows across hd with AVX-512 (AVX2 or scalar where the CPU lacks it, chosen at
-// run time), over (b, q) chunks of the pool; on value maps of 8 or 32 MiB or more per batch (msda_prefetch_bytes) it also
-// prefetches the next query's rows (MsdaPrefetch). Its sums are ordered differently from the
-// reference (per corner, with FMAs), so it agrees to rounding:
+// run time), over (b, q) chunks of the pool; on value maps of msda_prefetch_bytes() or more per
+// batch (8 MiB, 32 MiB on AMD) it also prefetches the next query's rows (MsdaPrefetch). Its sums
+// are ordered differently from the reference (per corner, with FMAs), so it agrees to rounding:
 // |fast - ref| <= ~1e-6 * sum |w| * max |value|.
 #pragma once
 
