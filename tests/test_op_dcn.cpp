@@ -385,6 +385,60 @@ TEST(DeformConv2d, DeterministicAcrossPoolSizes) {
   EXPECT_EQ(0, std::memcmp(y1.raw_data(), y2.raw_data(), y1.nbytes()));
 }
 
+// The taps' geometry 16 lanes at a time gives the scalar form's bits: every tap's corner count,
+// order, weights and offsets, and its mask, over offsets aimed at the borders, integer grid
+// points, far outside and NaN; 1x1 to layer3-sized maps; 3x3, 2x3 and 5x5 kernels (25 taps: a
+// full group of 16 and a group of 9); stride, padding and dilation.
+TEST(DeformConv2d, TapGeometryAvx512IsTheScalarBits) {
+  using namespace deform_conv2d_detail;
+  const Case cases[] = {
+      {1, 1, 1, 19, 1, 3, 3, 1, 1, 1, false, 0},
+      {2, 7, 5, 3, 1, 3, 3, 1, 1, 1, false, 0},
+      {1, 10, 7, 33, 1, 3, 3, 2, 2, 2, false, 0},
+      {1, 5, 6, 16, 1, 2, 3, 1, 0, 1, false, 0},
+      {1, 9, 11, 8, 1, 5, 5, 1, 2, 1, false, 0},
+      {1, 58, 100, 256, 1, 3, 3, 1, 1, 1, false, 0},
+  };
+  uint32_t seed = 40;
+  int64_t taps_seen = 0, partial = 0, none = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << "map " << c.h << "x" << c.w << " k " << c.kh << "x" << c.kw << " s" << c.stride
+                                    << " p" << c.pad << " d" << c.dil);
+    const TapGeometry g = tap_geometry(c.h, c.w, c.cin, c.kh, c.kw, c.stride, c.pad, c.dil);
+    if (!pixel_taps_avx512_supported(g)) GTEST_SKIP() << "no AVX-512 (F, BW, VL, DQ) on this CPU";
+    const int64_t ho = (c.h + 2 * c.pad - (c.dil * (c.kh - 1) + 1)) / c.stride + 1;
+    const int64_t wo = (c.w + 2 * c.pad - (c.dil * (c.kw - 1) + 1)) / c.stride + 1;
+    std::mt19937 rng(seed++);
+    const Tensor om = make_offset_mask(c, ho, wo, rng);
+    const int64_t taps = c.kh * c.kw;
+    for (int64_t p = 0; p < c.n * ho * wo; ++p) {
+      const int64_t y = p % (ho * wo) / wo, x = p % wo;
+      const float* o = om.data<float>() + p * 3 * taps;
+      for (int64_t t0 = 0; t0 < taps; t0 += 16) {
+        const int64_t count = std::min<int64_t>(16, taps - t0);
+        PixelTaps a, b;
+        pixel_taps_scalar(g, y, x, o, t0, count, a);
+        pixel_taps_avx512(g, y, x, o, t0, count, b);
+        for (int64_t i = 0; i < count; ++i) {
+          const TapCorners &sa = a.tap[i], &sb = b.tap[i];
+          ASSERT_EQ(sa.n, sb.n) << "pixel " << p << " tap " << t0 + i;
+          ASSERT_EQ(std::memcmp(&a.mask[i], &b.mask[i], sizeof(float)), 0) << "pixel " << p << " tap " << t0 + i;
+          for (int q = 0; q < sa.n; ++q) {
+            ASSERT_EQ(std::memcmp(&sa.w[q], &sb.w[q], sizeof(float)), 0) << "pixel " << p << " tap " << t0 + i << " corner " << q;
+            ASSERT_EQ(sa.off[q], sb.off[q]) << "pixel " << p << " tap " << t0 + i << " corner " << q;
+          }
+          ++taps_seen;
+          partial += sa.n > 0 && sa.n < 4;
+          none += sa.n == 0;
+        }
+      }
+    }
+  }
+  // The offsets must have reached the cases that differ: taps with some corners out, and none in.
+  EXPECT_GT(partial, taps_seen / 50);
+  EXPECT_GT(none, taps_seen / 50);
+}
+
 TEST(DeformConv2d, ShapeErrorsNameTheTensor) {
   std::mt19937 rng(5);
   const Tensor w = random_tensor({4, 3, 3, 3}, rng, -1.0f, 1.0f);

@@ -27,37 +27,14 @@ namespace {
 
 float sigmoid_f(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 
-// Up to four bilinear corners of one sample: weights and the corner's Cin vector (x's f32, or
-// its bf16 in bf16 precision: In).
+// Up to four bilinear corners of one sample (deform_conv2d_detail::TapCorners made pointers):
+// weights and the corner's Cin vector (x's f32, or its bf16 in bf16 precision: In).
 template <typename In>
 struct Corners {
   int n = 0;
   float w[4];
   const In* p[4];
 };
-
-// mmcv's dmcn_im2col_bilinear, with the caller's range test folded in: corner weights in f32
-// in mmcv's order, and only the corners inside the map are listed.
-template <typename In>
-inline void bilinear_corners(const In* xn, int64_t H, int64_t W, int64_t C, float h, float w, Corners<In>& c) {
-  c.n = 0;
-  // Written so that NaN positions fail the test (mmcv reads 0 there).
-  if (!(h > -1.0f && w > -1.0f && h < static_cast<float>(H) && w < static_cast<float>(W))) return;
-  const int64_t h_low = static_cast<int64_t>(std::floor(h));
-  const int64_t w_low = static_cast<int64_t>(std::floor(w));
-  const int64_t h_high = h_low + 1, w_high = w_low + 1;
-  const float lh = h - static_cast<float>(h_low), lw = w - static_cast<float>(w_low);
-  const float hh = 1.0f - lh, hw = 1.0f - lw;
-  auto add = [&](int64_t y, int64_t x, float wt) {
-    c.w[c.n] = wt;
-    c.p[c.n] = xn + (y * W + x) * C;
-    ++c.n;
-  };
-  if (h_low >= 0 && w_low >= 0) add(h_low, w_low, hh * hw);
-  if (h_low >= 0 && w_high <= W - 1) add(h_low, w_high, hh * lw);
-  if (h_high <= H - 1 && w_low >= 0) add(h_high, w_low, lh * hw);
-  if (h_high <= H - 1 && w_high <= W - 1) add(h_high, w_high, lh * lw);
-}
 
 // d[c] = (sum_q w_q * p_q[c]) * mask, stored as f32 or, for the bf16 column tile, rounded to
 // bf16 (core/half.h's float_to_bf16). With no corner the result is 0 * mask, as in mmcv (so a
@@ -179,7 +156,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void combine_bf1
 }
 
 struct Geometry {
-  int64_t n, h, w, cin, ho, wo, kh, kw, stride, pad, dil;
+  int64_t n, h, w, cin, ho, wo, kh, kw;
+  const deform_conv2d_detail::TapGeometry* taps;
 };
 
 // Fills column rows for output pixels [b, e) (flattened n, ho, wo); row p goes to col + (p - p0) * K*Cin.
@@ -188,30 +166,39 @@ template <typename In, typename Col>
 void sample_rows(const Geometry& g, const In* x, const float* om, Col* col, int64_t p0, int64_t b, int64_t e) {
   const int64_t taps = g.kh * g.kw, row_len = taps * g.cin, hw_out = g.ho * g.wo;
   const bool native_bf16 = avx512::has_bf16(), bw = avx512::has_bw();  // once, not per tap
+  const bool vector_taps = deform_conv2d_detail::pixel_taps_avx512_supported(*g.taps);
+  deform_conv2d_detail::PixelTaps pt;
   Corners<In> k;
   for (int64_t p = b; p < e; ++p) {
     const int64_t n = p / hw_out, r = p % hw_out, ho = r / g.wo, wo = r % g.wo;
     const In* xn = x + n * g.h * g.w * g.cin;
     const float* o = om + p * 3 * taps;
     Col* dst = col + (p - p0) * row_len;
-    for (int64_t i = 0; i < g.kh; ++i) {
-      for (int64_t j = 0; j < g.kw; ++j) {
-        const int64_t t = i * g.kw + j;
-        // mmcv: int base position plus the f32 offset, in f32.
-        const float hy = static_cast<float>(ho * g.stride - g.pad + i * g.dil) + o[2 * t];
-        const float wx = static_cast<float>(wo * g.stride - g.pad + j * g.dil) + o[2 * t + 1];
-        bilinear_corners(xn, g.h, g.w, g.cin, hy, wx, k);
-        const float mask = sigmoid_f(o[2 * taps + t]);
+    for (int64_t t0 = 0; t0 < taps; t0 += 16) {
+      const int64_t count = std::min<int64_t>(16, taps - t0);
+      if (vector_taps)
+        deform_conv2d_detail::pixel_taps_avx512(*g.taps, ho, wo, o, t0, count, pt);
+      else
+        deform_conv2d_detail::pixel_taps_scalar(*g.taps, ho, wo, o, t0, count, pt);
+      for (int64_t i = 0; i < count; ++i) {
+        const deform_conv2d_detail::TapCorners& tc = pt.tap[i];
+        k.n = tc.n;
+        for (int q = 0; q < tc.n; ++q) {
+          k.w[q] = tc.w[q];
+          k.p[q] = xn + tc.off[q];
+        }
+        const float mask = pt.mask[i];
+        Col* d = dst + (t0 + i) * g.cin;
         if constexpr (std::is_same_v<In, uint16_t> && std::is_same_v<Col, uint16_t>) {
           if (native_bf16) {
-            combine_bf16_native(k, mask, dst + t * g.cin, g.cin);
+            combine_bf16_native(k, mask, d, g.cin);
             continue;
           }
         }
         if (bw) {
-          combine_avx512(k, mask, dst + t * g.cin, g.cin);
+          combine_avx512(k, mask, d, g.cin);
         } else {
-          combine_scalar(k, mask, dst + t * g.cin, g.cin);
+          combine_scalar(k, mask, d, g.cin);
         }
       }
     }
@@ -219,6 +206,151 @@ void sample_rows(const Geometry& g, const In* x, const float* om, Col* col, int6
 }
 
 }  // namespace
+
+namespace deform_conv2d_detail {
+
+TapGeometry tap_geometry(int64_t h, int64_t w, int64_t cin, int64_t kh, int64_t kw, int stride, int pad, int dilation) {
+  TapGeometry g;
+  g.h = h;
+  g.w = w;
+  g.cin = cin;
+  g.kh = kh;
+  g.kw = kw;
+  g.stride = stride;
+  g.pad = pad;
+  g.dil = dilation;
+  g.taps = kh * kw;
+  // The vector form's int32 tables, padded to whole groups of 16 so it loads them without a tail;
+  // only where every position fits (pixel_taps_avx512_supported).
+  if (pixel_taps_avx512_supported(g)) {
+    const auto padded = static_cast<size_t>((g.taps + 15) / 16 * 16);
+    g.tap_y.assign(padded, 0);
+    g.tap_x.assign(padded, 0);
+    for (int64_t t = 0; t < g.taps; ++t) {
+      g.tap_y[static_cast<size_t>(t)] = static_cast<int32_t>(t / kw * dilation);
+      g.tap_x[static_cast<size_t>(t)] = static_cast<int32_t>(t % kw * dilation);
+    }
+  }
+  return g;
+}
+
+// mmcv's dmcn_im2col_bilinear with the caller's range test folded in: corner weights in f32 in
+// mmcv's order, and only the corners inside the map are listed.
+void pixel_taps_scalar(const TapGeometry& g, int64_t ho, int64_t wo, const float* o, int64_t t0, int64_t count,
+                       PixelTaps& out) {
+  const int64_t H = g.h, W = g.w, C = g.cin;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t t = t0 + i;
+    TapCorners& c = out.tap[i];
+    out.mask[i] = sigmoid_f(o[2 * g.taps + t]);
+    c.n = 0;
+    // mmcv: int base position plus the f32 offset, in f32.
+    const float h = static_cast<float>(ho * g.stride - g.pad + t / g.kw * g.dil) + o[2 * t];
+    const float w = static_cast<float>(wo * g.stride - g.pad + t % g.kw * g.dil) + o[2 * t + 1];
+    // Written so that NaN positions fail the test (mmcv reads 0 there).
+    if (!(h > -1.0f && w > -1.0f && h < static_cast<float>(H) && w < static_cast<float>(W))) continue;
+    const int64_t h_low = static_cast<int64_t>(std::floor(h));
+    const int64_t w_low = static_cast<int64_t>(std::floor(w));
+    const int64_t h_high = h_low + 1, w_high = w_low + 1;
+    const float lh = h - static_cast<float>(h_low), lw = w - static_cast<float>(w_low);
+    const float hh = 1.0f - lh, hw = 1.0f - lw;
+    auto add = [&](int64_t y, int64_t x, float wt) {
+      c.w[c.n] = wt;
+      c.off[c.n] = (y * W + x) * C;
+      ++c.n;
+    };
+    if (h_low >= 0 && w_low >= 0) add(h_low, w_low, hh * hw);
+    if (h_low >= 0 && w_high <= W - 1) add(h_low, w_high, hh * lw);
+    if (h_high <= H - 1 && w_low >= 0) add(h_high, w_low, lh * hw);
+    if (h_high <= H - 1 && w_high <= W - 1) add(h_high, w_high, lh * lw);
+  }
+}
+
+bool pixel_taps_avx512_supported(const TapGeometry& g) {
+  // Offsets (y * W + x) * Cin and the positions' integer parts (at most stride * (H + 2 pad) +
+  // (kh - 1) * dilation) in int32 lanes, with room to spare.
+  constexpr int64_t kLimit = int64_t{1} << 30;
+  static const bool cpu = avx512::has_bw() && __builtin_cpu_supports("avx512dq");
+  const auto fits = [&](int64_t size, int64_t k) {
+    return size < kLimit && g.stride * (size + 2 * g.pad) < kLimit && k * g.dil < kLimit;
+  };
+  return cpu && g.h * g.w * g.cin < kLimit && fits(g.h, g.kh) && fits(g.w, g.kw);
+}
+
+// Every lane does pixel_taps_scalar's float operations in its order (the int position converted,
+// then the f32 add; ordered compares; floor; the four products), so each tap gets its bits; only
+// the listing of a tap's corners and the masks' expf stay scalar.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void pixel_taps_avx512(const TapGeometry& g, int64_t ho,
+                                                                                     int64_t wo, const float* o,
+                                                                                     int64_t t0, int64_t count,
+                                                                                     PixelTaps& out) {
+  const auto lanes = [](int64_t n) {
+    return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : static_cast<__mmask16>((1u << n) - 1u);
+  };
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __mmask16 live = lanes(count);
+  // (Δy, Δx) pairs are interleaved: 2 * count floats, masked so nothing past the taps is read.
+  const __m512 a = _mm512_maskz_loadu_ps(lanes(2 * count), o + 2 * t0);
+  const __m512 b = _mm512_maskz_loadu_ps(lanes(2 * count - 16), o + 2 * t0 + 16);
+  const __m512 dy = _mm512_permutex2var_ps(a, even, b), dx = _mm512_permutex2var_ps(a, odd, b);
+  const __m512i ty = _mm512_loadu_si512(g.tap_y.data() + t0), tx = _mm512_loadu_si512(g.tap_x.data() + t0);
+  // (maskz_ conversions: GCC 12 warns on the _mm512_undefined source of the unmasked one.)
+  const __m512 by = _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(ho * g.stride - g.pad)), ty));
+  const __m512 bx = _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(wo * g.stride - g.pad)), tx));
+  const __m512 hy = _mm512_add_ps(by, dy), wx = _mm512_add_ps(bx, dx);
+  const __m512 minus_one = _mm512_set1_ps(-1.0f), one = _mm512_set1_ps(1.0f);
+  const __m512 hf = _mm512_set1_ps(static_cast<float>(g.h)), wf = _mm512_set1_ps(static_cast<float>(g.w));
+  const __mmask16 valid = live & _mm512_cmp_ps_mask(hy, minus_one, _CMP_GT_OQ) & _mm512_cmp_ps_mask(wx, minus_one, _CMP_GT_OQ) &
+                          _mm512_cmp_ps_mask(hy, hf, _CMP_LT_OQ) & _mm512_cmp_ps_mask(wx, wf, _CMP_LT_OQ);
+  const __m512 h = _mm512_maskz_mov_ps(valid, hy), w = _mm512_maskz_mov_ps(valid, wx);
+  const __m512 h_floor = _mm512_floor_ps(h), w_floor = _mm512_floor_ps(w);
+  const __m512 lh = _mm512_sub_ps(h, h_floor), lw = _mm512_sub_ps(w, w_floor);
+  const __m512 hh = _mm512_sub_ps(one, lh), hw = _mm512_sub_ps(one, lw);
+  const __m512i h_low = _mm512_maskz_cvttps_epi32(valid, h_floor), w_low = _mm512_maskz_cvttps_epi32(valid, w_floor);
+  const __m512i zero = _mm512_setzero_si512();
+  const __mmask16 h0 = valid & _mm512_cmpge_epi32_mask(h_low, zero);
+  const __mmask16 h1 = valid & _mm512_cmplt_epi32_mask(h_low, _mm512_set1_epi32(static_cast<int32_t>(g.h - 1)));
+  const __mmask16 w0 = _mm512_cmpge_epi32_mask(w_low, zero);
+  const __mmask16 w1 = _mm512_cmplt_epi32_mask(w_low, _mm512_set1_epi32(static_cast<int32_t>(g.w - 1)));
+  const __mmask16 m[4] = {__mmask16(h0 & w0), __mmask16(h0 & w1), __mmask16(h1 & w0), __mmask16(h1 & w1)};
+  const __m512i c = _mm512_set1_epi32(static_cast<int32_t>(g.cin));
+  const __m512i off00 = _mm512_mullo_epi32(_mm512_add_epi32(_mm512_mullo_epi32(h_low, _mm512_set1_epi32(static_cast<int32_t>(g.w))), w_low), c);
+  const __m512i row = _mm512_set1_epi32(static_cast<int32_t>(g.w * g.cin));
+  alignas(64) float wt[4][16];
+  alignas(64) int32_t off[4][16];
+  _mm512_store_ps(wt[0], _mm512_mul_ps(hh, hw));
+  _mm512_store_ps(wt[1], _mm512_mul_ps(hh, lw));
+  _mm512_store_ps(wt[2], _mm512_mul_ps(lh, hw));
+  _mm512_store_ps(wt[3], _mm512_mul_ps(lh, lw));
+  _mm512_store_si512(off[0], off00);
+  _mm512_store_si512(off[1], _mm512_add_epi32(off00, c));
+  _mm512_store_si512(off[2], _mm512_add_epi32(off00, row));
+  _mm512_store_si512(off[3], _mm512_add_epi32(_mm512_add_epi32(off00, row), c));
+  const unsigned all = m[0] & m[1] & m[2] & m[3];
+  for (int64_t i = 0; i < count; ++i) {
+    TapCorners& tc = out.tap[i];
+    out.mask[i] = sigmoid_f(o[2 * g.taps + t0 + i]);
+    if (all >> i & 1u) {  // the common case: every corner inside
+      tc.n = 4;
+      for (int q = 0; q < 4; ++q) {
+        tc.w[q] = wt[q][i];
+        tc.off[q] = off[q][i];
+      }
+      continue;
+    }
+    int n = 0;
+    for (int q = 0; q < 4; ++q) {
+      if (!(m[q] >> i & 1u)) continue;
+      tc.w[n] = wt[q][i];
+      tc.off[n] = off[q][i];
+      ++n;
+    }
+    tc.n = n;
+  }
+}
+
+}  // namespace deform_conv2d_detail
 
 struct DeformConv2d::Impl {
   int64_t cout = 0, cin = 0, kh = 0, kw = 0;
@@ -239,6 +371,7 @@ struct DeformConv2d::Impl {
   mutable std::mutex mu;
   mutable Tensor scratch;
   mutable Tensor tail_out;  // the padded last tile's output rows (see run), in y's dtype
+  mutable deform_conv2d_detail::TapGeometry taps;  // for the last run's map shape
   mutable std::map<std::pair<int64_t, bool>, Matmul> matmuls;  // by rows and whether y is bf16
   // weight_kc reordered into the layouts the matmuls asked for (tag::any): packed weights are
   // what oneDNN's brgemm matmul runs fastest on; plain [K, Cout] made it repack them per call.
@@ -362,8 +495,7 @@ void DeformConv2d::run(const Tensor& x, const Tensor& offset_mask, Tensor& y, Th
   const DType y_dtype = bf16_out ? DType::kBF16 : DType::kF32;
   expect_host_shape("deform_conv2d", y, "output y", y_dtype, y_shape);
   const size_t y_es = dtype_size(y_dtype);
-  const Geometry g{x.size(0), x.size(1), x.size(2), s.cin, y_shape[1], y_shape[2], s.kh, s.kw, s.stride, s.pad, s.dil};
-  const int64_t rows = g.n * g.ho * g.wo;
+  const int64_t rows = y_shape[0] * y_shape[1] * y_shape[2];
   if (rows == 0) return;
   const int64_t row_len = taps * s.cin;
   const DType col_dtype = s.bf16 ? DType::kBF16 : DType::kF32;
@@ -386,6 +518,10 @@ void DeformConv2d::run(const Tensor& x, const Tensor& offset_mask, Tensor& y, Th
   const int64_t last_padded = quantized ? std::min(tile, (last + kRowQuantum - 1) / kRowQuantum * kRowQuantum) : last;
 
   std::lock_guard<std::mutex> lock(s.mu);
+  // The taps' tables, made again only when the map's shape changes (a replay allocates nothing).
+  if (s.taps.h != x.size(1) || s.taps.w != x.size(2) || s.taps.taps != taps)
+    s.taps = deform_conv2d_detail::tap_geometry(x.size(1), x.size(2), s.cin, s.kh, s.kw, s.stride, s.pad, s.dil);
+  const Geometry g{x.size(0), x.size(1), x.size(2), s.cin, y_shape[1], y_shape[2], s.kh, s.kw, &s.taps};
   if (!s.scratch.defined() || s.scratch.dtype() != col_dtype || s.scratch.numel() < tile * row_len) {
     s.scratch = Tensor::empty({tile * row_len}, col_dtype);
   }

@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "backend/op.h"
 #include "core/tensor.h"
@@ -53,6 +55,44 @@ class DeformConv2d {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+namespace deform_conv2d_detail {
+
+// The taps' geometry of one output pixel, made 16 taps at a time before their columns are
+// combined: what DeformConv2d::run does per pixel, exposed so tests can hold the AVX-512 form to
+// the scalar one bit for bit.
+struct TapGeometry {
+  int64_t h = 0, w = 0, cin = 0, kh = 0, kw = 0, stride = 1, pad = 0, dil = 1, taps = 0;
+  // For the AVX-512 form: i * dilation and j * dilation of tap t = i * kw + j, 0 past the taps.
+  std::vector<int32_t> tap_y, tap_x;
+};
+TapGeometry tap_geometry(int64_t h, int64_t w, int64_t cin, int64_t kh, int64_t kw, int stride, int pad, int dilation);
+
+// Per tap, the bilinear corners inside the map in mmcv's order (0 to 4 of (h_low, w_low),
+// (h_low, w_high), (h_high, w_low), (h_high, w_high)) with their f32 weights and element offsets
+// (y * W + x) * Cin into the image, and the mask sigmoid(logit). A position outside (-1, H) x
+// (-1, W), or NaN, has no corner.
+struct TapCorners {
+  int n = 0;
+  float w[4];
+  int64_t off[4];
+};
+struct PixelTaps {
+  TapCorners tap[16];
+  float mask[16];
+};
+
+// Taps [t0, t0 + count) of output pixel (ho, wo), count <= 16, from o, the pixel's 3 * taps
+// floats of offset_mask.
+void pixel_taps_scalar(const TapGeometry& g, int64_t ho, int64_t wo, const float* o, int64_t t0, int64_t count,
+                       PixelTaps& out);
+// The same bits 16 lanes at a time: where the CPU has AVX-512 (F, BW, VL, DQ) and the map's
+// offsets and positions fit int32.
+bool pixel_taps_avx512_supported(const TapGeometry& g);
+void pixel_taps_avx512(const TapGeometry& g, int64_t ho, int64_t wo, const float* o, int64_t t0, int64_t count,
+                       PixelTaps& out);
+
+}  // namespace deform_conv2d_detail
 
 // The spec: plain loops, one output pixel at a time, samples rounded to f32 exactly as mmcv
 // forms them (val * mask), dot products accumulated in f64. Used by tests; slow.
