@@ -210,16 +210,7 @@ void sample_rows(const Geometry& g, const In* x, const float* om, Col* col, int6
 namespace deform_conv2d_detail {
 
 TapGeometry tap_geometry(int64_t h, int64_t w, int64_t cin, int64_t kh, int64_t kw, int stride, int pad, int dilation) {
-  TapGeometry g;
-  g.h = h;
-  g.w = w;
-  g.cin = cin;
-  g.kh = kh;
-  g.kw = kw;
-  g.stride = stride;
-  g.pad = pad;
-  g.dil = dilation;
-  g.taps = kh * kw;
+  TapGeometry g{h, w, cin, kh, kw, stride, pad, dilation, kh * kw, {}, {}};
   // The vector form's int32 tables, padded to whole groups of 16 so it loads them without a tail;
   // only where every position fits (pixel_taps_avx512_supported).
   if (pixel_taps_avx512_supported(g)) {
