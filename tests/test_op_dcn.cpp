@@ -405,7 +405,7 @@ TEST(DeformConv2d, TapGeometryAvx512IsTheScalarBits) {
     SCOPED_TRACE(testing::Message() << "map " << c.h << "x" << c.w << " k " << c.kh << "x" << c.kw << " s" << c.stride
                                     << " p" << c.pad << " d" << c.dil);
     const TapGeometry g = tap_geometry(c.h, c.w, c.cin, c.kh, c.kw, c.stride, c.pad, c.dil);
-    if (!pixel_taps_avx512_supported(g)) GTEST_SKIP() << "no AVX-512 (F, BW, VL, DQ) on this CPU";
+    if (!g.avx512) GTEST_SKIP() << "no AVX-512 (F, BW, VL, DQ) on this CPU";
     const int64_t ho = (c.h + 2 * c.pad - (c.dil * (c.kh - 1) + 1)) / c.stride + 1;
     const int64_t wo = (c.w + 2 * c.pad - (c.dil * (c.kw - 1) + 1)) / c.stride + 1;
     std::mt19937 rng(seed++);

@@ -166,7 +166,6 @@ template <typename In, typename Col>
 void sample_rows(const Geometry& g, const In* x, const float* om, Col* col, int64_t p0, int64_t b, int64_t e) {
   const int64_t taps = g.kh * g.kw, row_len = taps * g.cin, hw_out = g.ho * g.wo;
   const bool native_bf16 = avx512::has_bf16(), bw = avx512::has_bw();  // once, not per tap
-  const bool vector_taps = deform_conv2d_detail::pixel_taps_avx512_supported(*g.taps);
   deform_conv2d_detail::PixelTaps pt;
   Corners<In> k;
   for (int64_t p = b; p < e; ++p) {
@@ -176,7 +175,7 @@ void sample_rows(const Geometry& g, const In* x, const float* om, Col* col, int6
     Col* dst = col + (p - p0) * row_len;
     for (int64_t t0 = 0; t0 < taps; t0 += 16) {
       const int64_t count = std::min<int64_t>(16, taps - t0);
-      if (vector_taps)
+      if (g.taps->avx512)
         deform_conv2d_detail::pixel_taps_avx512(*g.taps, ho, wo, o, t0, count, pt);
       else
         deform_conv2d_detail::pixel_taps_scalar(*g.taps, ho, wo, o, t0, count, pt);
@@ -210,10 +209,17 @@ void sample_rows(const Geometry& g, const In* x, const float* om, Col* col, int6
 namespace deform_conv2d_detail {
 
 TapGeometry tap_geometry(int64_t h, int64_t w, int64_t cin, int64_t kh, int64_t kw, int stride, int pad, int dilation) {
-  TapGeometry g{h, w, cin, kh, kw, stride, pad, dilation, kh * kw, {}, {}};
-  // The vector form's int32 tables, padded to whole groups of 16 so it loads them without a tail;
-  // only where every position fits (pixel_taps_avx512_supported).
-  if (pixel_taps_avx512_supported(g)) {
+  TapGeometry g{h, w, cin, kh, kw, stride, pad, dilation, kh * kw, false, {}, {}};
+  // Offsets (y * W + x) * Cin and the positions' integer parts (at most stride * (H + 2 pad) +
+  // (kh - 1) * dilation) in int32 lanes, with room to spare.
+  constexpr int64_t kLimit = int64_t{1} << 30;
+  const auto fits = [&](int64_t size, int64_t k) {
+    return size < kLimit && stride * (size + 2 * int64_t{pad}) < kLimit && k * dilation < kLimit;
+  };
+  static const bool cpu = avx512::has_bw() && __builtin_cpu_supports("avx512dq");
+  g.avx512 = cpu && h * w * cin < kLimit && fits(h, kh) && fits(w, kw);
+  // The vector form's tables, padded to whole groups of 16 so it loads them without a tail.
+  if (g.avx512) {
     const auto padded = static_cast<size_t>((g.taps + 15) / 16 * 16);
     g.tap_y.assign(padded, 0);
     g.tap_x.assign(padded, 0);
@@ -257,17 +263,6 @@ void pixel_taps_scalar(const TapGeometry& g, int64_t ho, int64_t wo, const float
   }
 }
 
-bool pixel_taps_avx512_supported(const TapGeometry& g) {
-  // Offsets (y * W + x) * Cin and the positions' integer parts (at most stride * (H + 2 pad) +
-  // (kh - 1) * dilation) in int32 lanes, with room to spare.
-  constexpr int64_t kLimit = int64_t{1} << 30;
-  static const bool cpu = avx512::has_bw() && __builtin_cpu_supports("avx512dq");
-  const auto fits = [&](int64_t size, int64_t k) {
-    return size < kLimit && g.stride * (size + 2 * g.pad) < kLimit && k * g.dil < kLimit;
-  };
-  return cpu && g.h * g.w * g.cin < kLimit && fits(g.h, g.kh) && fits(g.w, g.kw);
-}
-
 // Every lane does pixel_taps_scalar's float operations in its order (the int position converted,
 // then the f32 add; ordered compares; floor; the four products), so each tap gets its bits; only
 // the listing of a tap's corners and the masks' expf stay scalar.
@@ -275,16 +270,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void pixel_taps_av
                                                                                      int64_t wo, const float* o,
                                                                                      int64_t t0, int64_t count,
                                                                                      PixelTaps& out) {
-  const auto lanes = [](int64_t n) {
-    return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : static_cast<__mmask16>((1u << n) - 1u);
-  };
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  const __mmask16 live = lanes(count);
-  // (Δy, Δx) pairs are interleaved: 2 * count floats, masked so nothing past the taps is read.
-  const __m512 a = _mm512_maskz_loadu_ps(lanes(2 * count), o + 2 * t0);
-  const __m512 b = _mm512_maskz_loadu_ps(lanes(2 * count - 16), o + 2 * t0 + 16);
-  const __m512 dy = _mm512_permutex2var_ps(a, even, b), dx = _mm512_permutex2var_ps(a, odd, b);
+  const __mmask16 live = avx512::first_lanes(count);
+  __m512 dy, dx;  // (Δy, Δx) pairs are interleaved; nothing past the taps is read
+  avx512::load_pairs16(o + 2 * t0, count, dy, dx);
   const __m512i ty = _mm512_loadu_si512(g.tap_y.data() + t0), tx = _mm512_loadu_si512(g.tap_x.data() + t0);
   // (maskz_ conversions: GCC 12 warns on the _mm512_undefined source of the unmasked one.)
   const __m512 by = _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(ho * g.stride - g.pad)), ty));

@@ -63,7 +63,10 @@ namespace deform_conv2d_detail {
 // the scalar one bit for bit.
 struct TapGeometry {
   int64_t h = 0, w = 0, cin = 0, kh = 0, kw = 0, stride = 1, pad = 0, dil = 1, taps = 0;
-  // For the AVX-512 form: i * dilation and j * dilation of tap t = i * kw + j, 0 past the taps.
+  // Whether pixel_taps_avx512 may run: the CPU has AVX-512 (F, BW, VL, DQ) and the map's offsets
+  // and positions fit int32. Its tables then: i * dilation and j * dilation of tap t = i * kw + j,
+  // 0 past the taps.
+  bool avx512 = false;
   std::vector<int32_t> tap_y, tap_x;
 };
 TapGeometry tap_geometry(int64_t h, int64_t w, int64_t cin, int64_t kh, int64_t kw, int stride, int pad, int dilation);
@@ -86,9 +89,7 @@ struct PixelTaps {
 // floats of offset_mask.
 void pixel_taps_scalar(const TapGeometry& g, int64_t ho, int64_t wo, const float* o, int64_t t0, int64_t count,
                        PixelTaps& out);
-// The same bits 16 lanes at a time: where the CPU has AVX-512 (F, BW, VL, DQ) and the map's
-// offsets and positions fit int32.
-bool pixel_taps_avx512_supported(const TapGeometry& g);
+// The same bits 16 lanes at a time, where g.avx512.
 void pixel_taps_avx512(const TapGeometry& g, int64_t ho, int64_t wo, const float* o, int64_t t0, int64_t count,
                        PixelTaps& out);
 

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "backend/cpu/msda.h"
+#include "backend/cpu/vec_avx512.h"
 #include "core/half.h"
 
 namespace bev::cpu::msda_detail {
@@ -20,9 +21,7 @@ namespace {
 
 #define BEV_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
-BEV_AVX512 inline __mmask16 first_lanes(int64_t count) {
-  return count >= 16 ? __mmask16(0xFFFF) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1u);
-}
+using avx512::first_lanes;
 
 // Step (1). Same float operations as msda_reference (mul, then sub; floor; products of the
 // bilinear weights) so the footprint and weights match it; only the attention weight is folded in.
@@ -30,19 +29,15 @@ BEV_AVX512 inline __mmask16 first_lanes(int64_t count) {
 // constants and table pointers are then set up once per chunk, not once per query.
 BEV_AVX512 __attribute__((always_inline)) inline void prepare_corners_avx512(const KernelArgs& p, const float* loc_q,
                                                                            const float* attn_q, Corners& c) {
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f), minus_one = _mm512_set1_ps(-1.0f);
   const __m512i ione = _mm512_set1_epi32(1), izero = _mm512_setzero_si512();
   const int64_t n = c.n;
   for (int64_t s0 = 0; s0 < p.samples_padded; s0 += 16) {
     const int64_t left = p.samples - s0;
     const __mmask16 live = first_lanes(left);
-    // (x, y) pairs are interleaved: load 32 floats (masked: never past this query's row) and split.
-    const __m512 a = _mm512_maskz_loadu_ps(first_lanes(2 * left), loc_q + 2 * s0);
-    const __m512 b = _mm512_maskz_loadu_ps(first_lanes(2 * left - 16), loc_q + 2 * s0 + 16);
-    const __m512 x = _mm512_permutex2var_ps(a, even, b);
-    const __m512 y = _mm512_permutex2var_ps(a, odd, b);
+    // (x, y) pairs are interleaved (masked: never past this query's row).
+    __m512 x, y;
+    avx512::load_pairs16(loc_q + 2 * s0, left, x, y);
     const __m512 wf = _mm512_loadu_ps(p.width + s0);
     const __m512 hf = _mm512_loadu_ps(p.height + s0);
     // Explicit-rounding forms: GCC contracts a plain mul + sub into one FMA (fp-contract=fast is

@@ -30,6 +30,22 @@ inline bool has_bf16() {
 }
 
 inline __mmask16 tail_mask(int64_t left) { return static_cast<__mmask16>((1u << left) - 1u); }
+// The first `count` of 16 lanes, any count: none at or below 0, all at 16 or more.
+inline __mmask16 first_lanes(int64_t count) {
+  return count >= 16 ? __mmask16(0xFFFF) : count <= 0 ? __mmask16(0) : static_cast<__mmask16>((1u << count) - 1u);
+}
+
+// Up to 16 interleaved pairs (a0, b0, a1, b1, ...) at p split into their first and second
+// members; only the first `count` pairs are read (the other lanes are 0), so a tail never reads
+// past them. MSDA's sampling locations (x, y) and DCNv2's offsets (dy, dx) come this way.
+__attribute__((target("avx512f"))) inline void load_pairs16(const float* p, int64_t count, __m512& first, __m512& second) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512 a = _mm512_maskz_loadu_ps(first_lanes(2 * count), p);
+  const __m512 b = _mm512_maskz_loadu_ps(first_lanes(2 * count - 16), p + 16);
+  first = _mm512_permutex2var_ps(a, even, b);
+  second = _mm512_permutex2var_ps(a, odd, b);
+}
 
 // GCC 12's _mm512_reduce_*_ps and _mm512_max_ps expand to _mm512_undefined_ps(), which trips
 // -Wmaybe-uninitialized (fixed in GCC 13); these spell the same operations without it.
