@@ -17,8 +17,7 @@ alternate R times (torch, ours, torch, ...) and the medians of the rounds are re
 round's ratio: the VMs here swing by 10-50% within minutes, which one pass of each side would
 read as a difference between them. The torch side uses glibc malloc tunables that keep freed
 buffers for reuse (see reference/time_reference.py); --default-malloc passes glibc's defaults
-through instead. Exit status: 0, or 77 when torch is
-not installed (reference/README.md)."""
+through instead. Exit status: 0, or 77 when torch is not installed (reference/README.md)."""
 
 import argparse
 import json
