@@ -1,5 +1,6 @@
-// AVX-512 helpers shared by the row kernels (elementwise.cpp) and the fused attention
-// (attention_amx.cpp): what the CPU runs, masks, horizontal reductions, a row's max, and exp.
+// AVX-512 helpers shared by the row kernels (elementwise.cpp), the fused attention
+// (attention_amx.cpp), MSDA and DCNv2: what the CPU runs, masks, interleaved pairs split,
+// horizontal reductions, a row's max, and exp.
 // Callers check the CPU at run time (the build has no -march; has_f() and the rest below); each
 // helper carries its own target.
 #pragma once
