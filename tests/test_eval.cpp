@@ -282,6 +282,14 @@ TEST(ResultsReader, ShapesAndPlaces) {
     }
     return std::string("no error");
   };
+  // A float num_pts past int64 (undefined to cast; fuzz_eval_results found it) saturates, keeping
+  // its sign and non-zeroness as Python's int() does.
+  for (const auto& [pts, want] : {std::pair{"3.3e35", std::numeric_limits<int64_t>::max()},
+                                  std::pair{"-3.3e35", std::numeric_limits<int64_t>::min()},
+                                  std::pair{"-2.9", int64_t{-2}}}) {
+    const Results big = read(R"({"meta": {}, "results": {"a": [)" + box + R"(, "num_pts": )" + pts + "}]}}");
+    EXPECT_EQ(big.samples.at(0).boxes.at(0).num_pts, want) << pts;
+  }
   const Results r = read(R"({"results": {"a": [)" + box + R"(, "extra": {"x": [1, [2, {"y": 3}]]},
       "detection_name": "truck"}], "b": []}, "meta": {"m": [1, {"n": null}], "s": "t"}})");
   ASSERT_EQ(r.samples.size(), 2u);

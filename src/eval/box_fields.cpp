@@ -63,8 +63,15 @@ const std::string& text(const BoxFields& fields, BoxField f, const BoxPlace& at)
 
 int64_t integer(const FieldValue& v, const BoxPlace& at) {
   if (v.kind == Kind::kInteger) return v.integer;
-  // Python's int() of a float truncates.
-  if (v.kind == Kind::kFloat && std::isfinite(v.number)) return static_cast<int64_t>(v.number);
+  // Python's int() of a float truncates, to an integer of any size; past int64 we saturate,
+  // which keeps the sign and whether it is zero: all the devkit asks of num_pts (casting such a
+  // float to int64 is undefined behaviour; found by fuzz_eval_results).
+  if (v.kind == Kind::kFloat && std::isfinite(v.number)) {
+    constexpr double kTwo63 = 9223372036854775808.0;
+    if (v.number >= kTwo63) return std::numeric_limits<int64_t>::max();
+    if (v.number < -kTwo63) return std::numeric_limits<int64_t>::min();
+    return static_cast<int64_t>(v.number);
+  }
   at.fail("num_pts is " + describe(v), "an integer");
 }
 
