@@ -1,6 +1,7 @@
 // MSDA at BEVFormer's shapes: the scalar reference (one thread) against the fast kernel per ISA
 // and thread count, plus the head-major value layout [bs, heads, Lv, hd] passed as a permuted view
-// and the AVX-512 path with its value-row prefetching forced off and on.
+// and the AVX-512 path with its value-row prefetching forced off and on. Maps are f32 except
+// base_sca_cam_bf16's: the frame's SCA maps in bf16 and int8 precision.
 //
 // Bytes per call (the rate counter): every sample reads 4 corners x hd floats, its (x, y) and its
 // weight; every output element is written once. Samples whose corners fall outside the map are
@@ -31,6 +32,7 @@ struct Config {
   Kind kind;
   int64_t bs, lq, points;
   SpatialShapes shapes;
+  DType value_dtype = DType::kF32;  // the frame's maps are bf16 in bf16 and int8 precision
 };
 
 struct Data {
@@ -57,6 +59,7 @@ std::unique_ptr<Data> make_data(const Config& c) {
   std::normal_distribution<float> px_noise(0.0f, 2.0f);  // offsets of a few pixels
   d->value = Tensor::empty({c.bs, lv, kHeads, kHd}, DType::kF32);
   for (int64_t i = 0; i < d->value.numel(); ++i) d->value.data<float>()[i] = uni(rng) - 0.5f;
+  if (c.value_dtype != DType::kF32) d->value = d->value.to(c.value_dtype);
   d->value_head_major_view = d->value.permute({0, 2, 1, 3}).contiguous().permute({0, 2, 1, 3});
   d->loc = Tensor::empty({c.bs, c.lq, kHeads, L, c.points, 2}, DType::kF32);
   d->attn = Tensor::empty({c.bs, c.lq, kHeads, L, c.points}, DType::kF32);
@@ -82,7 +85,7 @@ std::unique_ptr<Data> make_data(const Config& c) {
     }
   d->out = Tensor::empty({c.bs, c.lq, kHeads * kHd}, DType::kF32);
   d->samples = c.bs * c.lq * kHeads * L * c.points;
-  d->bytes = double(d->samples) * (4.0 * kHd * 4 + 2 * 4 + 4) + double(c.bs * c.lq * kHeads * kHd * 4);
+  d->bytes = double(d->samples) * (4.0 * kHd * double(dtype_size(c.value_dtype)) + 2 * 4 + 4) + double(c.bs * c.lq * kHeads * kHd * 4);
   return d;
 }
 
@@ -128,6 +131,7 @@ int main(int argc, char** argv) {
       {"tiny_decoder", Kind::kDecoder, 1, 900, 4, {{50, 50}}},
       {"base_tsa", Kind::kTsa, 2, 40000, 4, {{200, 200}}},
       {"base_sca_cam", Kind::kSca, 1, 40000, 8, base_sca},
+      {"base_sca_cam_bf16", Kind::kSca, 1, 40000, 8, base_sca, bev::DType::kBF16},
       {"base_decoder", Kind::kDecoder, 1, 900, 4, {{200, 200}}},
   };
   static std::vector<std::unique_ptr<Data>> data;  // outlives the benchmarks
@@ -142,10 +146,11 @@ int main(int argc, char** argv) {
           ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark((c.name + "/avx512_head_major/threads:1").c_str(), bm_fast, d, MsdaIsa::kAvx512, 1, true, MsdaPrefetch::kAuto)
         ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark((c.name + "/avx512/threads:2").c_str(), bm_fast, d, MsdaIsa::kAvx512, 2, false,
-                                 MsdaPrefetch::kAuto)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
+    for (bool head_major : {false, true})
+      benchmark::RegisterBenchmark((c.name + (head_major ? "/avx512_head_major" : "/avx512") + "/threads:2").c_str(),
+                                   bm_fast, d, MsdaIsa::kAvx512, 2, head_major, MsdaPrefetch::kAuto)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
     // The prefetch switch forced each way (kAuto above picks by map size): the data behind
     // msda_prefetch_bytes().
     for (MsdaPrefetch pf : {MsdaPrefetch::kOff, MsdaPrefetch::kOn})

@@ -113,6 +113,7 @@ void zeros_cases(CaseList& l);
 void sampling_locations_cases(CaseList& l);
 void msda_cases(CaseList& l);
 void deformable_attention_cases(CaseList& l);
+void spatial_cross_attention_cases(CaseList& l);
 void head_cases(CaseList& l);  // reference_refine, bbox_denormalize
 void topk_cases(CaseList& l);
 void gather_rows_cases(CaseList& l);

@@ -44,6 +44,7 @@ std::vector<OpCase> make_cases(OpKind op, ShapeSet set, Precision precision) {
     case OpKind::sampling_locations: sampling_locations_cases(l); break;
     case OpKind::msda: msda_cases(l); break;
     case OpKind::deformable_attention: deformable_attention_cases(l); break;
+    case OpKind::spatial_cross_attention: spatial_cross_attention_cases(l); break;
     case OpKind::reference_refine:
     case OpKind::bbox_denormalize: head_cases(l); break;
     case OpKind::topk: topk_cases(l); break;

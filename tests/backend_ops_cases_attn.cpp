@@ -81,7 +81,43 @@ void add_deformable_attention(CaseList& l, std::string tag, int64_t bs, int64_t 
   });
 }
 
+// SCA's sampling and mean as one op: query [cells, c] f32, index [cams * max_len], reference
+// [slots, 1, 4, 2], value [cams, Lv, heads, hd] (bf16 with `compact`, and then the query's rows
+// and the mean in bf16 as the model asks).
+void add_spatial_cross_attention(CaseList& l, std::string tag, int64_t cells, Tensor index, int64_t cams, int64_t c,
+                                 int64_t heads, int64_t hd, SpatialShapes shapes, int64_t points, bool compact) {
+  l.add(std::move(tag), [=](Ops& ops, uint64_t seed) {
+    int64_t lv = 0;
+    for (const auto& [h, w] : shapes) lv += h * w;
+    const int64_t samples = heads * static_cast<int64_t>(shapes.size()) * points, slots = index.size(0);
+    const PreparedWeights offsets = linear_weights(ops, c, 2 * samples, false, true, seed);
+    const PreparedWeights weights = linear_weights(ops, c, samples, false, true, seed + 1);
+    const Tensor value = values({cams, lv, heads, hd}, seed + 3, 2.0f);
+    const DType dtype = compact ? DType::kBF16 : DType::kF32;
+    ops.spatial_cross_attention(up(ops, values({cells, c}, seed + 2, 4.0f)), up(ops, index),
+                                up(ops, uniform({slots, 1, 4, 2}, seed + 4, 0.0f, 1.0f)),
+                                up(ops, uniform({cells, 1}, seed + 5, 0.1f, 1.0f)),
+                                up(ops, compact ? to_bf16(value) : value), offsets, weights,
+                                {.spatial_shapes = shapes, .level_start = level_starts(shapes)}, dtype, "x", dtype);
+  });
+}
+
 }  // namespace
+
+void spatial_cross_attention_cases(CaseList& l) {
+  if (l.set() == ShapeSet::kAwkward) {
+    add_spatial_cross_attention(l, "1 cell, 1 camera, 1 slot", 1, index_tensor({0}), 1, 3, 1, 1, {{1, 1}}, 4, false);
+    add_spatial_cross_attention(l, "3 cameras, repeats, every 4th padding, cells never seen", 57,
+                                indices(3 * 31, 57, 77, 4), 3, 24, 3, 17, {{9, 14}, {5, 7}}, 4, false);
+    if (l.bf16())
+      add_spatial_cross_attention(l, "bf16 rows, value and mean", 301, indices(2 * 200, 301, 79, 7), 2, 32, 8, 32,
+                                  {{13, 11}, {7, 6}, {4, 3}}, 8, true);
+    return;
+  }
+  const Graph g = graph(l.set());
+  add_spatial_cross_attention(l, "sca.deformable_attention", g.hw, rebatch_index(g), g.cams, g.c, g.heads, g.hd,
+                              g.sca_levels, g.sca_points, l.bf16());
+}
 
 void deformable_attention_cases(CaseList& l) {
   if (l.set() == ShapeSet::kAwkward) {

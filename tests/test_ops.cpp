@@ -32,8 +32,8 @@ Tensor index_tensor(std::vector<int64_t> v) {
 
 // A small stand-in for a model stage that touches every op kind.
 struct MiniStage {
-  PreparedWeights conv_a, conv_b, conv_offset, dcn, fc1, fc2, fc3, fc4, fc5, fc6, fc7, blk1, blk2, blk3, block;
-  Tensor gamma, beta, row, idx, idx_pad, idx_multi;
+  PreparedWeights conv_a, conv_b, conv_offset, dcn, fc1, fc2, fc3, fc4, fc5, fc6, fc7, fc8, blk1, blk2, blk3, block;
+  Tensor gamma, beta, row, idx, idx_pad, idx_multi, slots;
   Tensor level_row0, level_row1, cams_embeds;  // feat_flatten's rows (6 channels, 2 cameras)
 
   explicit MiniStage(Ops& ops) {
@@ -59,6 +59,7 @@ struct MiniStage {
     fc5 = ops.prepare_linear(random({4, 16}, 14, 0.3f), nullptr, {});
     fc6 = ops.prepare_linear(random({8, 16}, 15, 0.3f), nullptr, {});
     fc7 = ops.prepare_linear(random({16, 8}, 16, 0.3f), &b1, {.relu = true});
+    fc8 = ops.prepare_linear(random({1, 16}, 17, 0.3f), nullptr, {});
     gamma = random({8}, 9);
     beta = random({8}, 10);
     row = random({8}, 11);
@@ -68,6 +69,12 @@ struct MiniStage {
     idx = index_tensor({3, 0, 5, 1});
     idx_pad = index_tensor({-1, 7, 197, -1, 7});  // -1: padding (a zero row / a skipped row)
     idx_multi = index_tensor({gather_multi_index(1, 3), -1, gather_multi_index(0, 197), gather_multi_index(1, 0)});
+    // SCA's slots: two cameras of 99, camera 0 sees cells 0, 2, ..., camera 1 cells 40..129 (some
+    // seen by both), the rest padding.
+    std::vector<int64_t> s(198, -1);
+    for (int64_t j = 0; j < 80; ++j) s[static_cast<size_t>(j)] = 2 * j;
+    for (int64_t j = 0; j < 90; ++j) s[static_cast<size_t>(99 + j)] = 40 + j;
+    slots = index_tensor(s);
   }
 
   Tensor count;  // the last run's count_nonfinite of its attention rows
@@ -108,6 +115,9 @@ struct MiniStage {
     Tensor att = ops.msda(value, loc, w, ma, "msda");                  // [1, 198, 8]
     // The same sampling from h on, as one op: offsets fc2 [8 = 2 heads x 2 points x xy], weights fc5.
     Tensor fused = ops.deformable_attention(h, ref, value, fc2, fc5, ma, /*softmax_per_level=*/false, "fused");
+    // The same per camera of a cell and averaged (SCA): value as two cameras' maps of 9 x 11.
+    Tensor sca = ops.spatial_cross_attention(h, slots, ref, ops.sigmoid(ops.linear(h, fc8)), value.reshape({2, 99, 2, 4}),
+                                             fc2, fc5, {.spatial_shapes = {{9, 11}}, .level_start = {0}}, DType::kF32, "sca");
     // The head: refine a 3-d reference by reg [198, 8], then boxes in metres.
     Tensor reg = ops.linear(h, fc2, "reg");
     Tensor refined = ops.reference_refine(reg, ops.sigmoid(ops.linear(h, fc4)), "refine");
@@ -130,7 +140,7 @@ struct MiniStage {
     auto [top, top_idx] = ops.topk(cat.reshape({-1}), 10, "topk");
     count = ops.count_nonfinite(cat, 2, "count");  // i64: kept beside the result
     return ops.concat({top, heads.reshape({-1}).slice(0, 0, 5).contiguous(), ctx.reshape({-1}), boxes.reshape({-1}),
-                       g_pad.reshape({-1}), acc_pad.reshape({-1}), fused.reshape({-1}), mean.reshape({-1}),
+                       g_pad.reshape({-1}), acc_pad.reshape({-1}), fused.reshape({-1}), sca.reshape({-1}), mean.reshape({-1}),
                        flat.reshape({-1})},
                       0);
   }

@@ -94,6 +94,9 @@ class Backend {
   // sampling locations and msda as one op); the model runs them op by op otherwise. Decorators
   // forward it, as fuses_bottleneck.
   virtual bool fuses_deformable_attention() const { return false; }
+  // Whether it runs Ops::spatial_cross_attention (SCA's per-camera sampling and mean as one op);
+  // likewise.
+  virtual bool fuses_spatial_cross_attention() const { return false; }
   // Whether it runs Ops::ffn_norm (a layer's FFN, residual and norm as one op); likewise.
   virtual bool fuses_ffn() const { return false; }
 

@@ -38,6 +38,7 @@ class ForwardingBackend : public Backend {
     return inner_.fuses_bottleneck(x_nhwc, attrs);
   }
   bool fuses_deformable_attention() const override { return inner_.fuses_deformable_attention(); }
+  bool fuses_spatial_cross_attention() const override { return inner_.fuses_spatial_cross_attention(); }
   bool fuses_ffn() const override { return inner_.fuses_ffn(); }
   void run(const OpNode& node) override { inner_.run(node); }
   void enter_stage(const std::string& stage) override { inner_.enter_stage(stage); }

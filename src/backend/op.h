@@ -18,38 +18,39 @@
 
 namespace bev {
 
-#define BEV_OPS(X)        \
-  X(conv2d)               \
-  X(bottleneck)           \
-  X(deform_conv2d)        \
-  X(linear)               \
-  X(ffn_norm)             \
-  X(batched_matmul)       \
-  X(attention)            \
-  X(layer_norm)           \
-  X(softmax)              \
-  X(relu)                 \
-  X(sigmoid)              \
-  X(inverse_sigmoid)      \
-  X(add)                  \
-  X(mul)                  \
-  X(add_rows)             \
-  X(feat_flatten)         \
-  X(zeros)                \
-  X(max_pool2d)           \
-  X(upsample_nearest_add) \
-  X(sampling_locations)   \
-  X(msda)                 \
-  X(deformable_attention) \
-  X(reference_refine)     \
-  X(bbox_denormalize)     \
-  X(topk)                 \
-  X(gather_rows)          \
-  X(gather_rows_multi)    \
-  X(scatter_add_rows)     \
-  X(scatter_mean_rows)    \
-  X(concat)               \
-  X(permute)              \
+#define BEV_OPS(X)          \
+  X(conv2d)                 \
+  X(bottleneck)             \
+  X(deform_conv2d)          \
+  X(linear)                 \
+  X(ffn_norm)               \
+  X(batched_matmul)         \
+  X(attention)              \
+  X(layer_norm)             \
+  X(softmax)                \
+  X(relu)                   \
+  X(sigmoid)                \
+  X(inverse_sigmoid)        \
+  X(add)                    \
+  X(mul)                    \
+  X(add_rows)               \
+  X(feat_flatten)           \
+  X(zeros)                  \
+  X(max_pool2d)             \
+  X(upsample_nearest_add)   \
+  X(sampling_locations)     \
+  X(msda)                   \
+  X(deformable_attention)   \
+  X(spatial_cross_attention)\
+  X(reference_refine)       \
+  X(bbox_denormalize)       \
+  X(topk)                   \
+  X(gather_rows)            \
+  X(gather_rows_multi)      \
+  X(scatter_add_rows)       \
+  X(scatter_mean_rows)      \
+  X(concat)                 \
+  X(permute)                \
   X(count_nonfinite)
 
 enum class OpKind : uint8_t {
@@ -179,7 +180,8 @@ struct MsdaAttrs {
 // sampling_offsets and attention_weights linears, the softmax of the weights, the sampling
 // locations and msda, as one op, so that the projections of a chunk of queries are consumed
 // while they are in cache instead of going through memory four times. The linears are the
-// model's own prepared ones (PreparedWeights::state), shared with the unfused path.
+// model's own prepared ones (PreparedWeights::state), shared with the unfused path. Also the
+// attributes of Ops::spatial_cross_attention, which runs the same steps per camera of a cell.
 struct DeformableAttentionAttrs {
   MsdaAttrs msda;           // the value's levels
   int64_t points = 0;       // sampling points per head and level
@@ -188,6 +190,9 @@ struct DeformableAttentionAttrs {
   bool softmax_per_level = false;
   std::shared_ptr<const void> sampling_offsets, attention_weights;  // prepared linears
   Shape offsets_weight_shape, weights_weight_shape;                  // their [out, in] (FLOP counts)
+  // spatial_cross_attention only: the dtype the query's rows are rounded to before the
+  // projections (the rebatch's: bf16 in bf16 precision).
+  DType query_dtype = DType::kF32;
 };
 
 // Deformable attention's sampling locations (spec §2.9, §2.11, §2.12): per level l the offsets

@@ -589,23 +589,24 @@ Tensor Ops::msda(const Tensor& value, const Tensor& locations, const Tensor& wei
                {output({locations.size(0), locations.size(1), value.size(2) * value.size(3)})}, nullptr});
 }
 
-Tensor Ops::deformable_attention(const Tensor& query, const Tensor& reference, const Tensor& value,
-                                 const PreparedWeights& sampling_offsets, const PreparedWeights& attention_weights,
-                                 const MsdaAttrs& levels, bool softmax_per_level, std::string label) {
-  const char* op = "deformable_attention";
+// The checks deformable_attention and spatial_cross_attention share: query [M, C], value [bs, Lv,
+// heads, hd], the two projections and the levels; their attributes, points derived.
+namespace {
+
+DeformableAttentionAttrs deformable_attrs(const char* op, const std::string& label, const Tensor& query,
+                                          const Tensor& value, const PreparedWeights& sampling_offsets,
+                                          const PreparedWeights& attention_weights, const MsdaAttrs& levels,
+                                          bool softmax_per_level, const Backend& backend) {
   expect_rank(op, label, "query", query, 2);
-  expect_rank(op, label, "reference", reference, 4);
   expect_rank(op, label, "value", value, 4);
-  expect_float_dtype(op, label, "query", query.dtype());
-  expect_f32(op, label, "reference", reference);
   if (value.dtype() != DType::kF32 && value.dtype() != DType::kBF16)
     shape_error(op, label, "value is " + value.describe(), "f32 or bf16");
-  expect_prepared_by(op, label, sampling_offsets, backend_);
-  expect_prepared_by(op, label, attention_weights, backend_);
+  expect_prepared_by(op, label, sampling_offsets, backend);
+  expect_prepared_by(op, label, attention_weights, backend);
   if (linear_relu(sampling_offsets) != std::optional<bool>(false) ||
       linear_relu(attention_weights) != std::optional<bool>(false))
     shape_error(op, label, "projections that are not plain linears", "sampling_offsets and attention_weights linears without ReLU");
-  const int64_t rows = query.size(0), c = query.size(1), bs = value.size(0), heads = value.size(2);
+  const int64_t c = query.size(1), heads = value.size(2);
   const auto n_levels = static_cast<int64_t>(levels.spatial_shapes.size());
   const int64_t per_row = sampling_offsets.weight_shape[0] / 2;  // heads * L * P
   if (n_levels < 1 || static_cast<int64_t>(levels.level_start.size()) != n_levels)
@@ -620,23 +621,69 @@ Tensor Ops::deformable_attention(const Tensor& query, const Tensor& reference, c
                                shape_str(attention_weights.weight_shape) + " for value " + value.describe() + " and " +
                                std::to_string(n_levels) + " level(s)",
                 "heads * levels * points * 2 offsets and heads * levels * points weights per query");
-  if (bs < 1 || rows % bs != 0)
-    shape_error(op, label, "query " + query.describe() + " for value " + value.describe(), "bs * Lq rows, bs = value's first extent");
-  const int64_t points = per_row / (heads * n_levels);
-  const int64_t lr = reference.size(1), r = reference.size(2);
-  if (reference.size(0) != rows || (lr != 1 && lr != n_levels) || r < 1 || points % r != 0 || reference.size(3) < 2)
-    shape_error(op, label, "reference " + reference.describe() + " for query " + query.describe(),
-                "[M, 1 or levels, R dividing " + std::to_string(points) + ", >= 2]");
   DeformableAttentionAttrs a;
   a.msda = levels;
-  a.points = points;
+  a.points = per_row / (heads * n_levels);
   a.softmax_per_level = softmax_per_level;
   a.sampling_offsets = sampling_offsets.state;
   a.attention_weights = attention_weights.state;
   a.offsets_weight_shape = sampling_offsets.weight_shape;
   a.weights_weight_shape = attention_weights.weight_shape;
+  return a;
+}
+
+// reference [rows, 1 or levels, R dividing points, >= 2].
+void expect_deformable_reference(const char* op, const std::string& label, const Tensor& reference, int64_t rows,
+                                 const char* rows_are, const DeformableAttentionAttrs& a) {
+  expect_rank(op, label, "reference", reference, 4);
+  expect_f32(op, label, "reference", reference);
+  const auto n_levels = static_cast<int64_t>(a.msda.spatial_shapes.size());
+  const int64_t lr = reference.size(1), r = reference.size(2);
+  if (reference.size(0) != rows || (lr != 1 && lr != n_levels) || r < 1 || a.points % r != 0 || reference.size(3) < 2)
+    shape_error(op, label, "reference " + reference.describe() + " for " + std::to_string(rows) + " " + rows_are,
+                "[rows, 1 or levels, R dividing " + std::to_string(a.points) + ", >= 2]");
+}
+
+}  // namespace
+
+Tensor Ops::deformable_attention(const Tensor& query, const Tensor& reference, const Tensor& value,
+                                 const PreparedWeights& sampling_offsets, const PreparedWeights& attention_weights,
+                                 const MsdaAttrs& levels, bool softmax_per_level, std::string label) {
+  const char* op = "deformable_attention";
+  expect_float_dtype(op, label, "query", query.dtype());
+  DeformableAttentionAttrs a =
+      deformable_attrs(op, label, query, value, sampling_offsets, attention_weights, levels, softmax_per_level, backend_);
+  const int64_t rows = query.size(0), bs = value.size(0), heads = value.size(2);
+  if (bs < 1 || rows % bs != 0)
+    shape_error(op, label, "query " + query.describe() + " for value " + value.describe(), "bs * Lq rows, bs = value's first extent");
+  expect_deformable_reference(op, label, reference, rows, "queries", a);
   OpNode n{OpKind::deformable_attention, std::move(label), std::move(a), {query, reference, value},
            {output({rows, heads * value.size(3)})}, nullptr};
+  return emit(std::move(n));
+}
+
+Tensor Ops::spatial_cross_attention(const Tensor& query, const Tensor& query_index, const Tensor& reference,
+                                    const Tensor& inv_count, const Tensor& value, const PreparedWeights& sampling_offsets,
+                                    const PreparedWeights& attention_weights, const MsdaAttrs& levels, DType query_dtype,
+                                    std::string label, DType out) {
+  const char* op = "spatial_cross_attention";
+  expect_float_dtype(op, label, "query", query.dtype());
+  DeformableAttentionAttrs a =
+      deformable_attrs(op, label, query, value, sampling_offsets, attention_weights, levels, /*softmax_per_level=*/false,
+                       backend_);
+  expect_float_dtype(op, label, "query's rows", query_dtype);
+  expect_float_dtype(op, label, "requested output", out);
+  a.query_dtype = query_dtype;
+  const int64_t cells = query.size(0), cams = value.size(0), heads = value.size(2);
+  if (query_index.dtype() != DType::kI64 || query_index.dim() != 1 || cams < 1 || query_index.size(0) % cams != 0)
+    shape_error(op, label, "query_index " + query_index.describe() + " for value " + value.describe(),
+                "i64 [cameras * max_len], cameras = value's first extent");
+  expect_deformable_reference(op, label, reference, query_index.size(0), "slots", a);
+  expect_f32(op, label, "inv_count", inv_count);
+  if (inv_count.shape() != Shape{cells, 1})
+    shape_error(op, label, "inv_count " + inv_count.describe() + " for query " + query.describe(), "[cells, 1]");
+  OpNode n{OpKind::spatial_cross_attention, std::move(label), std::move(a), {query, query_index, reference, inv_count, value},
+           {output({cells, heads * value.size(3)}, out)}, nullptr};
   return emit(std::move(n));
 }
 

@@ -146,6 +146,20 @@ class Ops {
                               const PreparedWeights& sampling_offsets, const PreparedWeights& attention_weights,
                               const MsdaAttrs& levels, bool softmax_per_level, std::string label = {});
 
+  // SpatialCrossAttention's sampling and mean over cameras, as one op where
+  // backend().fuses_spatial_cross_attention() says so, with the bits of
+  //   scatter_mean_rows(deformable_attention(gather_rows(query, query_index, query_dtype),
+  //                                          reference, value, ...), query_index, inv_count, out)
+  // (the softmax over a head's levels and points): the projections run once per cell instead of
+  // once per slot. query [cells, C] (f32, or bf16), query_index i64 [N * max_len] (slot -> cell,
+  // camera-major, -1 padding), reference [N * max_len, Lr, R, D] f32, inv_count [cells, 1] f32,
+  // value [N, Lv, heads, hd] (f32 or bf16), the projections as deformable_attention's ->
+  // [cells, heads * hd] in `out` (bf16 only when the backend runs in bf16).
+  Tensor spatial_cross_attention(const Tensor& query, const Tensor& query_index, const Tensor& reference,
+                                 const Tensor& inv_count, const Tensor& value, const PreparedWeights& sampling_offsets,
+                                 const PreparedWeights& attention_weights, const MsdaAttrs& levels, DType query_dtype,
+                                 std::string label = {}, DType out = DType::kF32);
+
   // offsets [M, heads, L, P, 2], reference [M, Lr, R, D] (Lr = 1 or L, D >= 2; point p of level l
   // uses reference[m, Lr == 1 ? 0 : l, p % R, 0:2]) -> locations [M, heads, L, P, 2] =
   // reference + offset / (W_l, H_l).

@@ -125,12 +125,19 @@ ScaWeights load_sca(Ops& ops, const WeightSource& w, const std::string& p) {
 Tensor sca_forward(Ops& ops, const ScaWeights& w, const DeformAttnConfig& cfg, const Tensor& x, const ScaInputs& in,
                    const std::string& label) {
   const int64_t points = cfg.num_points;
+  // Only output_proj reads the mean: compact (rounded once, where the linear rounded its input).
+  if (ops.backend().fuses_spatial_cross_attention()) {
+    const Tensor mean = ops.spatial_cross_attention(x, in.query_index, in.reference, in.inv_count, in.value,
+                                                    w.sampling_offsets, w.attention_weights,
+                                                    {in.spatial_shapes, in.level_start}, compact_dtype(ops),
+                                                    label + ".deformable_attention", compact_dtype(ops));
+    return ops.linear(mean, w.output_proj, label + ".output_proj");
+  }
   // Rebatch: each camera's visible BEV cells, padded with zero queries (spec §2.9).
   const Tensor queries = ops.gather_rows(x, in.query_index, label + ".rebatch", compact_dtype(ops));
   const Tensor sampled = sample_values(ops, w.sampling_offsets, w.attention_weights, queries, in.reference, in.value,
                                       {in.spatial_shapes, in.level_start}, points, /*softmax_per_level=*/false, label);
   // Each cell's mean over the cameras that see it (spec §2.9: slots summed, divided by count).
-  // Only output_proj reads the mean: compact (rounded once, where the linear rounded its input).
   const Tensor slots =
       ops.scatter_mean_rows(sampled, in.query_index, in.inv_count, label + ".count_mean", compact_dtype(ops));
   return ops.linear(slots, w.output_proj, label + ".output_proj");

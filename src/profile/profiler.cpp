@@ -138,6 +138,7 @@ double flops_per_output_element(OpKind kind) {
     case OpKind::attention:
     case OpKind::msda:
     case OpKind::deformable_attention:
+    case OpKind::spatial_cross_attention:
     case OpKind::scatter_add_rows:
     case OpKind::scatter_mean_rows:
     case OpKind::bbox_denormalize:
@@ -208,6 +209,19 @@ double op_flops(const OpNode& n) {
       return 2 * rows * in * 3 * samples + flops_per_output_element(OpKind::softmax) * rows * samples +
              2 * 2 * rows * samples + 8 * rows * samples * static_cast<double>(n.inputs[2].size(3));
     }
+    // The linears per cell, softmax; per slot the locations and corners; the mean. Every slot
+    // counts, padding included: which hold a cell is in the index's values, and a recorded
+    // stage's inputs are bound to memory only while it executes.
+    case OpKind::spatial_cross_attention: {
+      const auto* a = std::get_if<DeformableAttentionAttrs>(&n.attrs);
+      if (!a || a->offsets_weight_shape.size() != 2 || n.inputs.size() < 5) return 0;
+      const double cells = static_cast<double>(n.inputs[0].size(0)), slots = numel(n.inputs[1]);
+      const double samples = static_cast<double>(a->weights_weight_shape[0]);
+      const double in = static_cast<double>(a->offsets_weight_shape[1]);
+      return 2 * cells * in * 3 * samples + flops_per_output_element(OpKind::softmax) * cells * samples +
+             2 * 2 * slots * samples + 8 * slots * samples * static_cast<double>(n.inputs[4].size(3)) +
+             (slots + cells) * static_cast<double>(n.outputs[0].size(1));
+    }
     case OpKind::scatter_add_rows:
       return numel(n.inputs[0]);
     case OpKind::scatter_mean_rows:  // the sums, and one multiply per output
@@ -277,6 +291,16 @@ double op_bytes(const OpNode& n, Precision precision) {
       const double w = (product(a->offsets_weight_shape) + product(a->weights_weight_shape)) * weight_element +
                        static_cast<double>(a->offsets_weight_shape[0] + a->weights_weight_shape[0]) * 4;
       return nbytes(n.inputs[0]) + nbytes(n.inputs[1]) + corner_bytes + out + w;
+    }
+    case OpKind::spatial_cross_attention: {  // query, index, reference, scales, the slots' corners, output, weights
+      const auto* a = std::get_if<DeformableAttentionAttrs>(&n.attrs);
+      if (!a || n.inputs.size() < 5) return in + out;
+      const double samples = numel(n.inputs[1]) * static_cast<double>(a->weights_weight_shape[0]);
+      const double corner_bytes = 4 * samples * static_cast<double>(n.inputs[4].size(3)) *
+                                  static_cast<double>(dtype_size(n.inputs[4].dtype()));
+      const double w = (product(a->offsets_weight_shape) + product(a->weights_weight_shape)) * weight_element +
+                       static_cast<double>(a->offsets_weight_shape[0] + a->weights_weight_shape[0]) * 4;
+      return in - nbytes(n.inputs[4]) + corner_bytes + out + w;
     }
     case OpKind::gather_rows:  // the index, the rows read (in src's dtype), the rows written
       return nbytes(n.inputs[1]) + out + numel(n.outputs[0]) * static_cast<double>(dtype_size(n.inputs[0].dtype()));

@@ -460,20 +460,26 @@ void msda_with_isa(MsdaIsa isa, const Tensor& value, const SpatialShapes& spatia
 
 MsdaChunks::MsdaChunks(const Tensor& value, const SpatialShapes& spatial_shapes, const std::vector<int64_t>& level_start,
                        int64_t lq, int64_t points, Tensor& out, int participants)
+    : MsdaChunks(value, spatial_shapes, level_start, points, participants) {
+  if (lq < 0) {
+    throw Error(ErrorKind::kInvalidInput, std::to_string(lq) + " queries").where("deformable_attention").expected("Lq >= 0");
+  }
+  args_.lq = lq;
+  check_out("deformable_attention", args_, out);
+  args_.out = out.data<float>();
+}
+
+MsdaChunks::MsdaChunks(const Tensor& value, const SpatialShapes& spatial_shapes, const std::vector<int64_t>& level_start,
+                       int64_t points, int participants)
     : isa_(msda_best_isa()) {
   const char* who = "deformable_attention";
   args_ = check_value(who, value, spatial_shapes, level_start);
-  if (lq < 0 || points < 1) {
-    throw Error(ErrorKind::kInvalidInput, std::to_string(lq) + " queries of " + std::to_string(points) + " points")
-        .where(who)
-        .expected("Lq >= 0 and points >= 1");
+  if (points < 1) {
+    throw Error(ErrorKind::kInvalidInput, std::to_string(points) + " points").where(who).expected("points >= 1");
   }
-  args_.lq = lq;
   args_.points = points;
-  check_out(who, args_, out);
   args_.samples = args_.heads * args_.levels * args_.points;
   args_.samples_padded = (args_.samples + 15) / 16 * 16;
-  args_.out = out.data<float>();
   const Workspace ws(args_.samples_padded, participants);
   build_tables(args_, ws, spatial_shapes, level_start);
   args_.prefetch = wants_prefetch(args_, MsdaPrefetch::kAuto);
@@ -489,27 +495,33 @@ MsdaChunks::MsdaChunks(const Tensor& value, const SpatialShapes& spatial_shapes,
 }
 
 void MsdaChunks::run(int64_t begin, int64_t end, const float* loc, const float* attn, int participant) const {
-  if (participant < 0 || participant >= participants_)
-    throw Error(ErrorKind::kInternal, "participant " + std::to_string(participant) + " of " + std::to_string(participants_))
-        .where("deformable_attention");
-  Corners c = corners_[2 * participant], next = corners_[2 * participant + 1];
   // The kernels index value by bq / Lq: each batch's part of the range runs as a batch of its own.
   for (int64_t s0 = begin; s0 < end;) {
     const int64_t b = s0 / args_.lq, s1 = std::min(end, (b + 1) * args_.lq);
-    KernelArgs p = args_;
-    p.bs = 1;
-    p.lq = s1 - s0;
-    if (p.value_bf16) p.value_bf16 += b * p.value_stride_b;
-    if (p.value) p.value += b * p.value_stride_b;
-    p.loc = loc + (s0 - begin) * p.samples * 2;
-    p.attn = attn + (s0 - begin) * p.samples;
-    p.out = args_.out + s0 * p.heads * p.hd;
-    switch (isa_) {
-      case MsdaIsa::kScalar: msda_detail::run_scalar(p, c, 0, p.lq); break;
-      case MsdaIsa::kAvx2: msda_detail::run_avx2(p, c, 0, p.lq); break;
-      case MsdaIsa::kAvx512: msda_detail::run_avx512(p, c, next, 0, p.lq); break;
-    }
+    run_batch(b, s1 - s0, loc + (s0 - begin) * args_.samples * 2, attn + (s0 - begin) * args_.samples,
+              args_.out + s0 * args_.heads * args_.hd, participant);
     s0 = s1;
+  }
+}
+
+void MsdaChunks::run_batch(int64_t b, int64_t n, const float* loc, const float* attn, float* out, int participant) const {
+  if (participant < 0 || participant >= participants_ || b < 0 || b >= args_.bs || n < 0)
+    throw Error(ErrorKind::kInternal, "participant " + std::to_string(participant) + " of " + std::to_string(participants_) +
+                                          ", batch " + std::to_string(b) + " of " + std::to_string(args_.bs))
+        .where("deformable_attention");
+  Corners c = corners_[2 * participant], next = corners_[2 * participant + 1];
+  KernelArgs p = args_;
+  p.bs = 1;
+  p.lq = n;
+  if (p.value_bf16) p.value_bf16 += b * p.value_stride_b;
+  if (p.value) p.value += b * p.value_stride_b;
+  p.loc = loc;
+  p.attn = attn;
+  p.out = out;
+  switch (isa_) {
+    case MsdaIsa::kScalar: msda_detail::run_scalar(p, c, 0, p.lq); break;
+    case MsdaIsa::kAvx2: msda_detail::run_avx2(p, c, 0, p.lq); break;
+    case MsdaIsa::kAvx512: msda_detail::run_avx512(p, c, next, 0, p.lq); break;
   }
 }
 

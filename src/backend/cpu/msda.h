@@ -121,12 +121,22 @@ void run_avx512(const KernelArgs& args, Corners& c, Corners& next, int64_t begin
 // locations [end - begin, heads, L, P, 2] and weights [end - begin, heads, L, P] lie at loc and
 // attn. out [bs, Lq, heads * hd] gets those queries' rows, the bits msda gives them. Lives no
 // longer than the call: the workspace is the calling thread's (no other msda on it meanwhile).
+//
+// Without `out` (and Lq), each call names its value batch and output rows instead: run_batch() for
+// an op whose queries of one batch are not one contiguous range of an output
+// (cpu::spatial_cross_attention: a chunk of BEV cells, each sampled from the cameras that see it).
 class MsdaChunks {
  public:
   MsdaChunks(const Tensor& value, const SpatialShapes& spatial_shapes, const std::vector<int64_t>& level_start,
              int64_t lq, int64_t points, Tensor& out, int participants);
+  MsdaChunks(const Tensor& value, const SpatialShapes& spatial_shapes, const std::vector<int64_t>& level_start,
+             int64_t points, int participants);
   int64_t samples() const { return args_.samples; }  // heads * L * P per query
+  int64_t batches() const { return args_.bs; }
   void run(int64_t begin, int64_t end, const float* loc, const float* attn, int participant) const;
+  // n queries on value batch b, their locations [n, heads, L, P, 2] at loc and weights [n, heads,
+  // L, P] at attn -> out [n, heads * hd] f32: the bits run() gives the same queries.
+  void run_batch(int64_t b, int64_t n, const float* loc, const float* attn, float* out, int participant) const;
 
  private:
   msda_detail::KernelArgs args_;

@@ -65,6 +65,7 @@ class ForeignBackend final : public Backend {
     return cpu_->fuses_bottleneck(x_nhwc, attrs);
   }
   bool fuses_deformable_attention() const override { return cpu_->fuses_deformable_attention(); }
+  bool fuses_spatial_cross_attention() const override { return cpu_->fuses_spatial_cross_attention(); }
   bool fuses_ffn() const override { return cpu_->fuses_ffn(); }
 
   void run(const OpNode& node) override {
