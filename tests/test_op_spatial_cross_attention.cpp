@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,19 +17,14 @@
 #include "backend/ops.h"
 #include "bevformer/error.h"
 #include "core/half.h"
+#include "kernel_test_util.h"
 
 namespace bev {
 namespace {
 
 using SpatialShapes = std::vector<std::pair<int64_t, int64_t>>;
 
-Tensor random_tensor(const Shape& shape, uint32_t seed, float lo, float hi) {
-  Tensor t = Tensor::empty(shape, DType::kF32);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
-  return t;
-}
+using kernel_test::random_tensor;
 
 Tensor index_tensor(const std::vector<int64_t>& v) {
   Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kI64);

@@ -16,10 +16,6 @@ namespace {
 
 constexpr const char* kOp = "deformable_attention";
 
-[[noreturn]] void invalid(const std::string& problem, const std::string& expected) {
-  throw Error(ErrorKind::kInvalidInput, problem).where(kOp).expected(expected);
-}
-
 // A participant's chunk takes about this much scratch: its offsets (then locations) and weights.
 // `test_backend_ops --perf --op deformable_attention --shapes base --precision bf16`, AMX Xeon, 2
 // threads: SCA 165.0 / 156.6 / 158.7 / 159.4 ms and TSA 36.3 / 34.9 / 36.7 / 36.1 ms with 128,
@@ -28,25 +24,38 @@ constexpr int64_t kChunkBytes = int64_t{256} << 10;
 
 }  // namespace
 
+DeformableProjections deformable_projections(const char* op, const DeformableAttentionAttrs& a, int64_t in,
+                                             int64_t heads) {
+  const auto invalid_here = [op](const std::string& problem, const std::string& expected) {
+    throw Error(ErrorKind::kInvalidInput, problem).where(op).expected(expected);
+  };
+  if (!a.sampling_offsets || !a.attention_weights) invalid_here("projections missing", "two prepared linears");
+  const auto& offsets = *static_cast<const Linear*>(a.sampling_offsets.get());
+  const auto& weights = *static_cast<const Linear*>(a.attention_weights.get());
+  const auto levels = static_cast<int64_t>(a.msda.spatial_shapes.size());
+  const int64_t samples = heads * levels * a.points;
+  if (offsets.in_features() != in || weights.in_features() != in || offsets.out_features() != 2 * samples ||
+      weights.out_features() != samples || a.points < 1)
+    invalid_here("projections " + std::to_string(offsets.in_features()) + " -> " + std::to_string(offsets.out_features()) +
+                     " and " + std::to_string(weights.in_features()) + " -> " + std::to_string(weights.out_features()) +
+                     " for " + std::to_string(in) + " features, " + std::to_string(heads) + " heads, " +
+                     std::to_string(levels) + " levels, " + std::to_string(a.points) + " points",
+                 std::to_string(2 * samples) + " offsets and " + std::to_string(samples) +
+                     " weights per query, from the query's features");
+  return {offsets, weights, samples};
+}
+
 void deformable_attention(const Tensor& query, const Tensor& reference, const Tensor& value,
                           const DeformableAttentionAttrs& a, Tensor& out, ThreadPool& pool) {
-  if (!a.sampling_offsets || !a.attention_weights) invalid("projections missing", "two prepared linears");
-  const auto& offsets_linear = *static_cast<const Linear*>(a.sampling_offsets.get());
-  const auto& weights_linear = *static_cast<const Linear*>(a.attention_weights.get());
   const bool bf16_in = query.defined() && query.dtype() == DType::kBF16;
   if (!query.defined() || query.device() != Device::kCpu || query.dim() != 2 || !query.is_contiguous() ||
-      (query.dtype() != DType::kF32 && !bf16_in) || query.size(1) != offsets_linear.in_features())
-    bad_tensor(kOp, query, "query", "contiguous host f32 or bf16 [M, " + std::to_string(offsets_linear.in_features()) + "]");
+      (query.dtype() != DType::kF32 && !bf16_in))
+    bad_tensor(kOp, query, "query", "contiguous host f32 or bf16 [M, C]");
   if (value.dim() != 4) bad_tensor(kOp, value, "value", "[bs, Lv, heads, hd]");
   const int64_t rows = query.size(0), bs = value.size(0), heads = value.size(2), hd = value.size(3);
   const auto levels = static_cast<int64_t>(a.msda.spatial_shapes.size());
-  const int64_t points = a.points, samples = heads * levels * points;
-  if (weights_linear.in_features() != query.size(1) || offsets_linear.out_features() != 2 * samples ||
-      weights_linear.out_features() != samples || points < 1)
-    invalid("projections to " + std::to_string(offsets_linear.out_features()) + " and " +
-                std::to_string(weights_linear.out_features()) + " for " + std::to_string(heads) + " heads, " +
-                std::to_string(levels) + " levels, " + std::to_string(points) + " points",
-            std::to_string(2 * samples) + " offsets and " + std::to_string(samples) + " weights per query");
+  const int64_t points = a.points;
+  const auto [offsets_linear, weights_linear, samples] = deformable_projections(kOp, a, query.size(1), heads);
   if (bs < 1 || rows % bs != 0) bad_tensor(kOp, query, "query", "bs * Lq rows for value " + value.describe());
   if (!reference.defined() || reference.device() != Device::kCpu || reference.dtype() != DType::kF32 ||
       reference.dim() != 4 || reference.size(0) != rows || !reference.is_contiguous())

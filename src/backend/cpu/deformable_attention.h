@@ -16,6 +16,20 @@
 
 namespace bev::cpu {
 
+class Linear;
+
+// The op's two prepared projections (cpu::Linear), checked: both present, both reading `in`
+// features, 2 * samples offsets and `samples` weights a query (samples = heads * levels *
+// points). Shared by deformable_attention and spatial_cross_attention; `op` names the op in the
+// errors (Error(kInvalidInput)).
+struct DeformableProjections {
+  const Linear& offsets;
+  const Linear& weights;
+  int64_t samples;
+};
+DeformableProjections deformable_projections(const char* op, const DeformableAttentionAttrs& attrs, int64_t in,
+                                             int64_t heads);
+
 // query [M, C]; reference [M, Lr, R, D]; value [bs, Lv, heads, hd] (f32 or bf16); out [M, heads *
 // hd] f32, contiguous, preallocated. M = bs * Lq. Shapes are checked (Error(kInvalidInput)).
 void deformable_attention(const Tensor& query, const Tensor& reference, const Tensor& value,

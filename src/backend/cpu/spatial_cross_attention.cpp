@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cpu/attention_glue.h"
+#include "backend/cpu/deformable_attention.h"
 #include "backend/cpu/elementwise.h"
 #include "backend/cpu/kernel_check.h"
 #include "backend/cpu/linear.h"
@@ -65,13 +66,9 @@ CellSlots cell_slots(const int64_t* index, int64_t slots, int64_t cells) {
 void spatial_cross_attention(const Tensor& query, const Tensor& query_index, const Tensor& reference,
                              const Tensor& inv_count, const Tensor& value, const DeformableAttentionAttrs& a, Tensor& out,
                              ThreadPool& pool) {
-  if (!a.sampling_offsets || !a.attention_weights) invalid("projections missing", "two prepared linears");
-  const auto& offsets_linear = *static_cast<const Linear*>(a.sampling_offsets.get());
-  const auto& weights_linear = *static_cast<const Linear*>(a.attention_weights.get());
   if (!query.defined() || query.device() != Device::kCpu || query.dim() != 2 || !query.is_contiguous() ||
-      (query.dtype() != DType::kF32 && query.dtype() != DType::kBF16) || query.size(1) != offsets_linear.in_features())
-    bad_tensor(kOp, query, "query",
-               "contiguous host f32 or bf16 [HW, " + std::to_string(offsets_linear.in_features()) + "]");
+      (query.dtype() != DType::kF32 && query.dtype() != DType::kBF16))
+    bad_tensor(kOp, query, "query", "contiguous host f32 or bf16 [HW, C]");
   // Rows go to the projections in the rebatch's dtype: f32 rows rounded to bf16 in bf16 precision.
   if (a.query_dtype != DType::kF32 && a.query_dtype != DType::kBF16)
     invalid(std::string("query rounded to ") + dtype_name(a.query_dtype), "f32 or bf16");
@@ -83,13 +80,8 @@ void spatial_cross_attention(const Tensor& query, const Tensor& query_index, con
   const int64_t cells = query.size(0), cams = value.size(0), heads = value.size(2), hd = value.size(3);
   const int64_t width = heads * hd;
   const auto levels = static_cast<int64_t>(a.msda.spatial_shapes.size());
-  const int64_t points = a.points, samples = heads * levels * points;
-  if (weights_linear.in_features() != query.size(1) || offsets_linear.out_features() != 2 * samples ||
-      weights_linear.out_features() != samples || points < 1)
-    invalid("projections to " + std::to_string(offsets_linear.out_features()) + " and " +
-                std::to_string(weights_linear.out_features()) + " for " + std::to_string(heads) + " heads, " +
-                std::to_string(levels) + " levels, " + std::to_string(points) + " points",
-            std::to_string(2 * samples) + " offsets and " + std::to_string(samples) + " weights per query");
+  const int64_t points = a.points;
+  const auto [offsets_linear, weights_linear, samples] = deformable_projections(kOp, a, query.size(1), heads);
   if (!query_index.defined() || query_index.device() != Device::kCpu || query_index.dtype() != DType::kI64 ||
       query_index.dim() != 1 || !query_index.is_contiguous() || cams < 1 || query_index.size(0) % cams != 0)
     bad_tensor(kOp, query_index, "query_index", "contiguous host i64 [cameras * max_len], cameras = value's first extent");
