@@ -55,7 +55,11 @@ void deformable_attention(const Tensor& query, const Tensor& reference, const Te
   const int64_t rows = query.size(0), bs = value.size(0), heads = value.size(2), hd = value.size(3);
   const auto levels = static_cast<int64_t>(a.msda.spatial_shapes.size());
   const int64_t points = a.points;
-  const auto [offsets_linear, weights_linear, samples] = deformable_projections(kOp, a, query.size(1), heads);
+  // (Not a structured binding: clang 14 does not let the lambda below capture one.)
+  const DeformableProjections projections = deformable_projections(kOp, a, query.size(1), heads);
+  const Linear& offsets_linear = projections.offsets;
+  const Linear& weights_linear = projections.weights;
+  const int64_t samples = projections.samples;
   if (bs < 1 || rows % bs != 0) bad_tensor(kOp, query, "query", "bs * Lq rows for value " + value.describe());
   if (!reference.defined() || reference.device() != Device::kCpu || reference.dtype() != DType::kF32 ||
       reference.dim() != 4 || reference.size(0) != rows || !reference.is_contiguous())
