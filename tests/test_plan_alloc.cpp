@@ -284,5 +284,44 @@ TEST_F(PlanAllocations, FiveBindingsAllocateNothing) {
   for (int64_t j = 0; j < kN; ++j) EXPECT_FLOAT_EQ(got.data<float>()[j], want[j]) << j;
 }
 
+// spatial_cross_attention sorts each frame's slots by cell into a buffer it keeps for the next
+// frames: sized by the slot count, which a plan fixes, not by the slots in use, which change from
+// frame to frame. Before, a frame using more slots than any before it grew the buffer.
+TEST_F(PlanAllocations, MoreSlotsInUseThanBeforeAllocateNothing) {
+  auto cpu = make_cpu_backend(1, Precision::kF32);
+  Ops rec(*cpu, Ops::Mode::kPlan);
+  constexpr int64_t kCells = 5, kCams = 2, kMaxLen = 6, kC = 4;  // 1 head of 4, 1 level of 3 x 3, 2 points
+  const auto random = [](const Shape& shape, float lo, float hi) {
+    Tensor t = Tensor::empty(shape, DType::kF32);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = lo + (hi - lo) * static_cast<float>((i * 37 + 11) % 101) / 101.0f;
+    return t;
+  };
+  const PreparedWeights offsets = rec.prepare_linear(random({4, kC}, -0.5f, 0.5f), nullptr, {});
+  const PreparedWeights weights = rec.prepare_linear(random({2, kC}, -0.5f, 0.5f), nullptr, {});
+  const Tensor query = cpu->upload(random({kCells, kC}, -1, 1));
+  const Tensor value = cpu->upload(random({kCams, 9, 1, kC}, -1, 1));
+  const Tensor reference = cpu->upload(random({kCams * kMaxLen, 1, 1, 2}, 0, 1));
+  const Tensor inv_count = cpu->upload(random({kCells, 1}, 0.5f, 1));
+  const Tensor index = cpu->empty({kCams * kMaxLen}, DType::kI64);
+  const Tensor y = rec.spatial_cross_attention(query, index, reference, inv_count, value, offsets, weights,
+                                               {.spatial_shapes = {{3, 3}}, .level_start = {0}}, DType::kF32, "sca");
+  const RecordedStage stage("sca", rec.take_nodes(), {y}, *cpu, {index});
+  const auto slots = [&](const std::vector<int64_t>& v) {
+    Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kI64);
+    for (size_t i = 0; i < v.size(); ++i) t.data<int64_t>()[i] = v[i];
+    return cpu->upload(t);
+  };
+  const Tensor few = slots({0, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1});
+  const Tensor many = slots({0, 1, 2, 3, 4, -1, 0, 1, 2, 3, 4, -1});
+  Counts n;
+  // A thread of its own: the buffer is the calling thread's, and this one has never run the op.
+  std::thread([&] {
+    const std::array<StageBinding, 1> first{StageBinding{index, few}}, second{StageBinding{index, many}};
+    cpu->execute(stage, first);  // primitives created, the buffer sized
+    n = allocations_during([&] { cpu->execute(stage, second); });
+  }).join();
+  EXPECT_EQ(n.in_engine(), 0) << "heap allocations made by the engine on a frame with more slots in use:" << n.breakdown();
+}
+
 }  // namespace
 }  // namespace bev

@@ -40,18 +40,16 @@ CellSlots cell_slots(const int64_t* index, int64_t slots, int64_t cells) {
   thread_local std::vector<int64_t> start, slot;
   if (start.size() < static_cast<size_t>(cells + 1)) start.resize(static_cast<size_t>(cells + 1));
   std::fill(start.begin(), start.begin() + cells + 1, int64_t{0});
-  int64_t used = 0;
   for (int64_t s = 0; s < slots; ++s) {
     if (index[s] < -1 || index[s] >= cells)
       invalid("query_index[" + std::to_string(s) + "] = " + std::to_string(index[s]) + " is out of range",
               "cells in [0, " + std::to_string(cells) + ") or -1 (padding)");
-    if (index[s] >= 0) {
-      ++start[static_cast<size_t>(index[s] + 1)];
-      ++used;
-    }
+    if (index[s] >= 0) ++start[static_cast<size_t>(index[s] + 1)];
   }
   for (int64_t q = 0; q < cells; ++q) start[static_cast<size_t>(q + 1)] += start[static_cast<size_t>(q)];
-  if (slot.size() < static_cast<size_t>(used)) slot.resize(static_cast<size_t>(used));
+  // Room for every slot, used or not: a replayed plan's frames share the slot count, not the
+  // number in use, so sized by the former a replay never allocates.
+  if (slot.size() < static_cast<size_t>(slots)) slot.resize(static_cast<size_t>(slots));
   for (int64_t s = 0; s < slots; ++s) {
     if (index[s] >= 0) slot[static_cast<size_t>(start[static_cast<size_t>(index[s])]++)] = s;
   }
@@ -81,7 +79,11 @@ void spatial_cross_attention(const Tensor& query, const Tensor& query_index, con
   const int64_t width = heads * hd;
   const auto levels = static_cast<int64_t>(a.msda.spatial_shapes.size());
   const int64_t points = a.points;
-  const auto [offsets_linear, weights_linear, samples] = deformable_projections(kOp, a, query.size(1), heads);
+  // (Not a structured binding: clang 14 does not let the lambda below capture one.)
+  const DeformableProjections projections = deformable_projections(kOp, a, query.size(1), heads);
+  const Linear& offsets_linear = projections.offsets;
+  const Linear& weights_linear = projections.weights;
+  const int64_t samples = projections.samples;
   if (!query_index.defined() || query_index.device() != Device::kCpu || query_index.dtype() != DType::kI64 ||
       query_index.dim() != 1 || !query_index.is_contiguous() || cams < 1 || query_index.size(0) % cams != 0)
     bad_tensor(kOp, query_index, "query_index", "contiguous host i64 [cameras * max_len], cameras = value's first extent");
