@@ -55,11 +55,8 @@ void deformable_attention(const Tensor& query, const Tensor& reference, const Te
   const int64_t rows = query.size(0), bs = value.size(0), heads = value.size(2), hd = value.size(3);
   const auto levels = static_cast<int64_t>(a.msda.spatial_shapes.size());
   const int64_t points = a.points;
-  // (Not a structured binding: clang 14 does not let the lambda below capture one.)
-  const DeformableProjections projections = deformable_projections(kOp, a, query.size(1), heads);
-  const Linear& offsets_linear = projections.offsets;
-  const Linear& weights_linear = projections.weights;
-  const int64_t samples = projections.samples;
+  const DeformableProjections proj = deformable_projections(kOp, a, query.size(1), heads);
+  const int64_t samples = proj.samples;  // (a plain variable: clang 14's lambdas cannot capture a structured binding)
   if (bs < 1 || rows % bs != 0) bad_tensor(kOp, query, "query", "bs * Lq rows for value " + value.describe());
   if (!reference.defined() || reference.device() != Device::kCpu || reference.dtype() != DType::kF32 ||
       reference.dim() != 4 || reference.size(0) != rows || !reference.is_contiguous())
@@ -76,8 +73,8 @@ void deformable_attention(const Tensor& query, const Tensor& reference, const Te
   const MsdaChunks msda(value, a.msda.spatial_shapes, a.msda.level_start, lq, points, out3, lanes);
 
   const RowChunks chunks = row_chunks(rows, 3 * samples * static_cast<int64_t>(sizeof(float)), lanes, kChunkBytes);
-  const Linear::RowRunner offsets_rows(offsets_linear, bf16_in, chunks.rows, chunks.last, lanes);
-  const Linear::RowRunner weights_rows(weights_linear, bf16_in, chunks.rows, chunks.last, lanes);
+  const Linear::RowRunner offsets_rows(proj.offsets, bf16_in, chunks.rows, chunks.last, lanes);
+  const Linear::RowRunner weights_rows(proj.weights, bf16_in, chunks.rows, chunks.last, lanes);
   // Per participant: offsets (2 * samples per row, then the locations in place) and weights.
   const int64_t offsets_bytes = line_pairs(chunks.rows * 2 * samples * 4);
   const int64_t lane_bytes = offsets_bytes + line_pairs(chunks.rows * samples * 4);

@@ -79,11 +79,8 @@ void spatial_cross_attention(const Tensor& query, const Tensor& query_index, con
   const int64_t width = heads * hd;
   const auto levels = static_cast<int64_t>(a.msda.spatial_shapes.size());
   const int64_t points = a.points;
-  // (Not a structured binding: clang 14 does not let the lambda below capture one.)
-  const DeformableProjections projections = deformable_projections(kOp, a, query.size(1), heads);
-  const Linear& offsets_linear = projections.offsets;
-  const Linear& weights_linear = projections.weights;
-  const int64_t samples = projections.samples;
+  const DeformableProjections proj = deformable_projections(kOp, a, query.size(1), heads);
+  const int64_t samples = proj.samples;  // (a plain variable: clang 14's lambdas cannot capture a structured binding)
   if (!query_index.defined() || query_index.device() != Device::kCpu || query_index.dtype() != DType::kI64 ||
       query_index.dim() != 1 || !query_index.is_contiguous() || cams < 1 || query_index.size(0) % cams != 0)
     bad_tensor(kOp, query_index, "query_index", "contiguous host i64 [cameras * max_len], cameras = value's first extent");
@@ -114,8 +111,8 @@ void spatial_cross_attention(const Tensor& query, const Tensor& query_index, con
   const int64_t slot_bytes = (3 * samples + width) * 4 + 8;
   const RowChunks chunks = row_chunks(cells, cell_bytes + kSlotsPerCell * slot_bytes, lanes, kChunkBytes);
   const int64_t batch = kSlotsPerCell * chunks.rows;  // slots a pass
-  const Linear::RowRunner offsets_rows(offsets_linear, bf16_rows, chunks.rows, chunks.last, lanes);
-  const Linear::RowRunner weights_rows(weights_linear, bf16_rows, chunks.rows, chunks.last, lanes);
+  const Linear::RowRunner offsets_rows(proj.offsets, bf16_rows, chunks.rows, chunks.last, lanes);
+  const Linear::RowRunner weights_rows(proj.weights, bf16_rows, chunks.rows, chunks.last, lanes);
   const int64_t rows_bytes = convert ? line_pairs(chunks.rows * q_row) : 0;
   const int64_t offsets_bytes = line_pairs(chunks.rows * 2 * samples * 4);
   const int64_t weights_bytes = line_pairs(chunks.rows * samples * 4);
