@@ -159,7 +159,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16"))
   const int64_t last_keys = key.k_len - (plan.k_chunks - 1) * kChunk;
   __mmask16 last_masks[kChunk / 16], all_masks[kChunk / 16];
   for (int64_t v = 0; v < kChunk / 16; ++v) {
-    last_masks[v] = tail_mask(std::clamp<int64_t>(last_keys - v * 16, 0, 16));
+    last_masks[v] = first_lanes(last_keys - v * 16);
     all_masks[v] = 0xFFFF;
   }
 

@@ -11,6 +11,7 @@
 #include <limits>
 #include <string>
 
+#include "backend/cpu/onednn.h"
 #include "bevformer/error.h"
 #include "core/half.h"
 
@@ -433,7 +434,7 @@ bool msda_isa_supported(MsdaIsa isa) {
 }
 
 double msda_prefetch_bytes() {
-  static const double bytes = (__builtin_cpu_init(), __builtin_cpu_is("amd") != 0) ? kMsdaPrefetchBytesAmd : kMsdaPrefetchBytesOther;
+  static const double bytes = cpu_is_amd() ? kMsdaPrefetchBytesAmd : kMsdaPrefetchBytesOther;
   return bytes;
 }
 

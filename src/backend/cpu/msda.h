@@ -132,7 +132,6 @@ class MsdaChunks {
   MsdaChunks(const Tensor& value, const SpatialShapes& spatial_shapes, const std::vector<int64_t>& level_start,
              int64_t points, int participants);
   int64_t samples() const { return args_.samples; }  // heads * L * P per query
-  int64_t batches() const { return args_.bs; }
   void run(int64_t begin, int64_t end, const float* loc, const float* attn, int participant) const;
   // n queries on value batch b, their locations [n, heads, L, P, 2] at loc and weights [n, heads,
   // L, P] at attn -> out [n, heads * hd] f32: the bits run() gives the same queries.

@@ -78,9 +78,13 @@ Precision float_arithmetic(Precision p) {
 bool bf16_outruns_f32() {
   // 2048^3 matmul, 2 cores: Zen 4 467 vs 233 GFLOP/s, Zen 5 835-893 vs 369-443; Intel's
   // avx512_bf16 without AMX ran bf16 slower than f32 (152-163 vs 246-319).
-  static const bool amd_bf16 = (__builtin_cpu_init(), __builtin_cpu_is("amd") != 0) &&
-                               dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_bf16;
+  static const bool amd_bf16 = cpu_is_amd() && dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_bf16;
   return isa_has_amx() || amd_bf16;
+}
+
+bool cpu_is_amd() {
+  static const bool amd = (__builtin_cpu_init(), __builtin_cpu_is("amd") != 0);
+  return amd;
 }
 
 bool isa_has_amx() {

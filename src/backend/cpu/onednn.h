@@ -41,6 +41,8 @@ int num_threads();
 std::string isa_name();
 // Whether oneDNN runs on AMX tiles here (bf16 and int8): some fusions that pay on AVX-512 do not.
 bool isa_has_amx();
+// Whether the CPU is AMD's: its bf16 rate and its L3 differ from Intel's at the same ISA.
+bool cpu_is_amd();
 // Whether oneDNN's bf16 runs at about twice its f32 rate here: on AMX tiles, and on AMD's
 // avx512_bf16 (Zen 4 and 5); not on Intel's avx512_bf16 without AMX.
 bool bf16_outruns_f32();
