@@ -357,6 +357,59 @@ TEST(Conv2d, Bf16RelativeL2AgainstF32) {
   EXPECT_LE(rel_l2, 5e-3);
 }
 
+// Stride-2 convs of few (odd) channels run in bf16 over pairs of columns where oneDNN's bf16 pads
+// channel pairs (AMD's avx512_bf16 without AMX: conv2d.cpp, ColumnPairs): a stride-1 conv of 2C
+// channels with its own kernel, holding the same taps. Each case against the double reference,
+// at kernels, pads and channel counts whose pair kernels differ (a zero tap on the left, on the
+// right, none), with the form each run took; odd widths run the plain form.
+TEST(Conv2d, StrideTwoOverColumnPairs) {
+  {
+    const Conv2d probe(random_tensor({8, 3, 7, 7}, 200), nullptr, attrs(2, 3), Precision::kBF16);
+    if (probe.impl_name({1, 16, 16, 3}).find("column pairs") == std::string::npos)
+      GTEST_SKIP() << "bf16 stride-2 convs run over column pairs only on AMD's avx512_bf16 without AMX; here: "
+                   << probe.impl_name({1, 16, 16, 3}) << " (" << isa_name() << ")";
+  }
+  struct Case {
+    const char* name;
+    Shape x, w;
+    Conv2dAttrs a;
+    bool pairs;
+  };
+  Conv2dAttrs rect = attrs(1, 0, 1, 1, true);
+  rect.stride_w = 2;
+  rect.pad_w = 3;
+  const std::vector<Case> cases = {
+      {"stem 7x7 s2 p3 C3->O17 relu", {2, 34, 30, 3}, {17, 3, 7, 7}, attrs(2, 3, 1, 1, true), true},
+      {"7x7 s2 p3, odd width", {1, 21, 29, 3}, {17, 3, 7, 7}, attrs(2, 3, 1, 1, true), false},
+      {"7x7 s2 p0 C3->O8", {1, 20, 22, 3}, {8, 3, 7, 7}, attrs(2, 0), true},
+      {"3x3 s2 p1 C3->O24", {1, 9, 16, 3}, {24, 3, 3, 3}, attrs(2, 1), true},
+      {"5x5 s2 p2 C1->O5", {2, 11, 12, 1}, {5, 1, 5, 5}, attrs(2, 2), true},
+      {"1x1 s2 C5->O7", {1, 6, 10, 5}, {7, 5, 1, 1}, attrs(2, 0), true},
+      {"4x4 s2 p1 C3->O9", {1, 12, 18, 3}, {9, 3, 4, 4}, attrs(2, 1), true},
+      {"3x7 s(1,2) p(0,3) C3->O16 relu", {2, 8, 40, 3}, {16, 3, 3, 7}, rect, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Tensor w = random_tensor(c.w, 201);
+    const Conv2d conv(w, nullptr, c.a, Precision::kBF16);
+    EXPECT_EQ(conv.impl_name(c.x).find("column pairs") != std::string::npos, c.pairs) << conv.impl_name(c.x);
+    check_case(c.name, c.x, c.w, true, c.a, Precision::kBF16, 202);
+  }
+  // A derived conv keeps the pairs only with the same stride, padding and dilation across the width.
+  const Conv2d stem(random_tensor({17, 3, 7, 7}, 203), nullptr, attrs(2, 3, 1, 1, true), Precision::kBF16);
+  Conv2dAttrs unpadded = stem.attrs();
+  unpadded.pad_h = 0;
+  EXPECT_NE(stem.with_attrs(unpadded).impl_name({1, 20, 30, 3}).find("column pairs"), std::string::npos);
+  unpadded.pad_w = 0;
+  const Conv2d derived = stem.with_attrs(unpadded);
+  EXPECT_EQ(derived.impl_name({1, 20, 30, 3}).find("column pairs"), std::string::npos);
+  const Tensor x = random_tensor({1, 20, 30, 3}, 204);
+  Tensor y = Tensor::empty(derived.output_shape(x.shape()), DType::kF32);
+  derived.run(x, nullptr, y);
+  const Tensor w = random_tensor({17, 3, 7, 7}, 203);
+  EXPECT_LE(compare(y, reference(x, w, nullptr, unpadded, nullptr)).max_rel_to_mag, bound(Precision::kBF16, 147));
+}
+
 TEST(Conv2d, FoldBatchNormMatchesConvThenBatchNorm) {
   const Tensor w = random_tensor({6, 5, 3, 3}, 110, -0.3f, 0.3f);
   const Tensor gamma = random_tensor({6}, 111, 0.5f, 1.5f);

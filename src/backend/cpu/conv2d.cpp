@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -45,6 +46,29 @@ dt dtype_of(const Tensor& t) { return t.dtype() == DType::kBF16 ? dt::bf16 : dt:
 // arithmetic in every way (bf16 on AMX and AMD, else f32).
 Precision arithmetic_of(Precision p) { return float_arithmetic(p); }
 
+int64_t floor_div(int64_t a, int64_t d) { return a >= 0 ? a / d : -((-a + d - 1) / d); }
+
+// A stride-2 conv over an NHWC map of few channels, run as a stride-1 conv over pairs of columns:
+// the same memory read as [n, h, w / 2, 2c] (channel s * c + k of pair j is channel k of column
+// 2j + s). oneDNN's bf16 kernels multiply channel pairs, so 3 channels are padded to 4: the 7x7
+// stem did 196 products for 147 taps. Over pairs it does 7 x 4 x 6 = 168. Tap j of the pairs'
+// kernel at pair x + j - pad_l is column 2(x + j - pad_l) + s = 2x - pad + t, so it holds the
+// original tap t = 2(j - pad_l) + s + pad, or zero where t falls outside the kernel.
+struct ColumnPairs {
+  int64_t kw = 0, pad_l = 0, pad_r = 0;
+};
+
+std::optional<ColumnPairs> column_pairs(int64_t w, int64_t kw, int64_t pad, int64_t wo) {
+  if (w % 2 != 0) return std::nullopt;
+  const int64_t first = floor_div(-pad, 2), last = floor_div(kw - 1 - pad, 2);
+  ColumnPairs c;
+  c.kw = last - first + 1;
+  c.pad_l = -first;
+  c.pad_r = (wo - 1) + c.kw - w / 2 - c.pad_l;  // so that the output keeps its wo columns
+  if (c.pad_r < 0) return std::nullopt;
+  return c;
+}
+
 }  // namespace
 
 struct Conv2d::State {
@@ -61,6 +85,10 @@ struct Conv2d::State {
   std::shared_ptr<const Amx1x1> amx1x1;
   // Set when it runs in int8 (int8 precision, attrs.int8_step > 0): then nothing above is used.
   std::shared_ptr<const Conv2dInt8> int8;
+  // The weights of the column-pairs form (ColumnPairs), where pairs_wanted(); maps of odd width run
+  // the plain form.
+  PackedWeights pair_weights;
+  bool has_pairs = false;  // pair_weights made
 
   // Everything one input shape needs, created on its first run.
   struct Plan {
@@ -69,6 +97,7 @@ struct Conv2d::State {
     dnnl::memory weights;
     dnnl::memory scratchpad;
     dnnl::memory::desc src_md, dst_md;  // the run's tensors (src f32 or bf16; dst and residual too)
+    dnnl::memory conv_src;  // the conv's view of its bf16 source as column pairs (unbound); else empty
     dnnl::reorder to_bf16;  // bf16 mode with an f32 source: f32 NHWC source -> src_bf16
     dnnl::memory src_bf16;  // unbound: the thread's conversion scratch
     dnnl::reorder copy_residual;  // a separate residual tensor -> y (a parallel copy)
@@ -113,17 +142,20 @@ struct Conv2d::State {
   // measured on one Zen 5 core at ResNet-50's layer1/layer2 expand convs, binary add 61/76
   // GFLOP/s, copy + sum 76/118, sum in place (no copy) 89/136.
   dnnl::convolution_forward::primitive_desc make_pd(int64_t n, int64_t h, int64_t w, const dnnl::memory::desc& w_md,
-                                                    dt out_dt = dt::f32) const {
+                                                    dt out_dt = dt::f32, const ColumnPairs* pairs = nullptr) const {
     const int64_t ho = conv_out_extent(h, kh, attrs.stride_h, attrs.pad_h, attrs.dilation_h);
     const int64_t wo = conv_out_extent(w, kw, attrs.stride_w, attrs.pad_w, attrs.dilation_w);
-    const dnnl::memory::desc src_md({n, in_ch_per_group * groups(), h, w}, src_dt(), tag::nhwc);
+    const int64_t c = in_ch_per_group * groups();
+    const dnnl::memory::desc src_md = pairs ? dnnl::memory::desc({n, 2 * c, h, w / 2}, src_dt(), tag::nhwc)
+                                            : dnnl::memory::desc({n, c, h, w}, src_dt(), tag::nhwc);
     const dnnl::memory::desc dst_md({n, out_ch, ho, wo}, out_dt, tag::nhwc);
     const dnnl::memory::desc bias_md = bias ? dnnl::memory::desc({out_ch}, dt::f32, tag::x) : dnnl::memory::desc();
-    const dnnl::memory::dims strides = {attrs.stride_h, attrs.stride_w};
+    const dnnl::memory::dims strides = {attrs.stride_h, pairs ? 1 : attrs.stride_w};
     const dnnl::memory::dims dilates = {attrs.dilation_h - 1, attrs.dilation_w - 1};  // oneDNN: 0 = dense
-    const dnnl::memory::dims pad = {attrs.pad_h, attrs.pad_w};
+    const dnnl::memory::dims pad_l = {attrs.pad_h, pairs ? pairs->pad_l : attrs.pad_w};
+    const dnnl::memory::dims pad_r = {attrs.pad_h, pairs ? pairs->pad_r : attrs.pad_w};
     dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                      src_md, w_md, bias_md, dst_md, strides, dilates, pad, pad);
+                                      src_md, w_md, bias_md, dst_md, strides, dilates, pad_l, pad_r);
     dnnl::post_ops ops;
     if (attrs.residual) ops.append_sum(1.0f);
     if (attrs.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
@@ -137,6 +169,23 @@ struct Conv2d::State {
   // Not on AMX, where oneDNN's sum post-op is the faster form (tiny's in-place expand convs on the
   // AMX Xeon, 2 threads, pieces -> sum: bf16 layer1 15.0 -> 9.8 ms, layer2 8.7 -> 3.8, layer3
   // 4.7 -> 2.4; f32 20.8 -> 20.4, 15.1 -> 14.2, 13.1 -> 13.2).
+  // Column pairs (ColumnPairs) where oneDNN pads channel pairs and its bf16 runs at twice f32's
+  // rate without AMX: AMD's avx512_bf16 (the AMX tiles block channels otherwise; not measured).
+  // BEVFormer's stem, Zen 4, 2 threads, in the bf16 profile (docs/PERF.md): tiny 35.7-37.4 ->
+  // 30.0-31.9 ms, base 137.7-138.8 -> 119.9-121.8 ms. In f32 the pairs were slower (52-54 -> 57-58 ms).
+  bool pairs_wanted() const {
+    return precision == Precision::kBF16 && bf16_outruns_f32() && !isa_has_amx() && groups() == 1 &&
+           attrs.stride_w == 2 && attrs.dilation_w == 1 && in_ch_per_group % 2 == 1 && in_ch_per_group <= 7 &&
+           !attrs.residual;
+  }
+  std::optional<ColumnPairs> pairs_geometry(int64_t w) const {
+    if (!pairs_wanted()) return std::nullopt;
+    return column_pairs(w, kw, attrs.pad_w, conv_out_extent(w, kw, attrs.stride_w, attrs.pad_w, attrs.dilation_w));
+  }
+  dnnl::memory::desc pair_weights_any_md(const ColumnPairs& c) const {
+    return {{out_ch, 2 * in_ch_per_group, kh, c.kw}, src_dt(), tag::any};
+  }
+
   bool pixel_gemm() const {
     if (isa_has_amx()) return false;
     return attrs.residual && groups() == 1 && kh == 1 && kw == 1 && attrs.stride_h == 1 && attrs.stride_w == 1 &&
@@ -272,8 +321,15 @@ struct Conv2d::State {
     if (p.pieces.empty()) p.temp = dnnl::memory();
     if (!p.pieces.empty()) return made;
 
-    p.pd = make_pd(n, h, w, weights_any_md(), out_dt);
-    p.weights = weights.in(p.pd.weights_desc());
+    const std::optional<ColumnPairs> pairs = has_pairs ? pairs_geometry(w) : std::nullopt;
+    if (pairs) {
+      p.pd = make_pd(n, h, w, pair_weights_any_md(*pairs), out_dt, &*pairs);
+      p.weights = pair_weights.in(p.pd.weights_desc());
+      p.conv_src = unbound(p.pd.src_desc());
+    } else {
+      p.pd = make_pd(n, h, w, weights_any_md(), out_dt);
+      p.weights = weights.in(p.pd.weights_desc());
+    }
     p.conv = dnnl::convolution_forward(p.pd);
     p.scratchpad = dnnl::memory(p.pd.scratchpad_desc(), engine());
     p.dst_md = p.pd.dst_desc();
@@ -342,6 +398,28 @@ Conv2d::Conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs&
   const int64_t rep_w = (s.kw - 1) * attrs.dilation_w + 1 + 16 * attrs.stride_w;
   const auto pd = s.make_pd(1, rep_h, rep_w, s.weights_any_md());
   s.weights = PackedWeights(reordered(user, pd.weights_desc()));
+  if (const std::optional<ColumnPairs> pairs = s.pairs_geometry(2 * rep_w)) {
+    // [O, 2C, kh, kw'] from [O, C, kh, kw] (ColumnPairs); the rest zeros. Rounded to bf16 with
+    // the same values as the plain form's.
+    const int64_t c = s.in_ch_per_group;
+    Tensor pw = Tensor::empty({s.out_ch, 2 * c, s.kh, pairs->kw}, DType::kF32);
+    std::memset(pw.raw_data(), 0, pw.nbytes());
+    const float* src = w.data<float>();
+    float* dst = pw.data<float>();
+    for (int64_t o = 0; o < s.out_ch; ++o)
+      for (int64_t half = 0; half < 2; ++half)
+        for (int64_t k = 0; k < c; ++k)
+          for (int64_t i = 0; i < s.kh; ++i)
+            for (int64_t j = 0; j < pairs->kw; ++j) {
+              const int64_t t = 2 * (j - pairs->pad_l) + half + attrs.pad_w;
+              if (t < 0 || t >= s.kw) continue;
+              dst[((o * 2 * c + half * c + k) * s.kh + i) * pairs->kw + j] = src[((o * c + k) * s.kh + i) * s.kw + t];
+            }
+    const dnnl::memory::desc pair_md({s.out_ch, 2 * c, s.kh, pairs->kw}, dt::f32, tag::oihw);
+    const auto pair_pd = s.make_pd(1, rep_h, 2 * rep_w, s.pair_weights_any_md(*pairs), dt::f32, &*pairs);
+    s.pair_weights = PackedWeights(reordered(wrap(pw, pair_md), pair_pd.weights_desc()));
+    s.has_pairs = true;
+  }
   if (allow_direct && Direct1x1::supports(attrs, s.in_ch_per_group * attrs.groups, s.out_ch, s.kh, s.kw, arithmetic)) {
     s.direct = std::make_shared<const Direct1x1>(w, bias, attrs.relu);
   }
@@ -378,6 +456,10 @@ Conv2d Conv2d::with_attrs(const Conv2dAttrs& attrs) const {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     d->weights = s.weights;
+    // The pairs' kernel follows the width's stride, padding and dilation: kept only with them.
+    d->has_pairs = s.has_pairs && attrs.stride_w == s.attrs.stride_w && attrs.pad_w == s.attrs.pad_w &&
+                   attrs.dilation_w == s.attrs.dilation_w && d->pairs_wanted();
+    if (d->has_pairs) d->pair_weights = s.pair_weights;
     if (d->amx1x1_ok) d->amx1x1 = s.amx1x1;
   }
   return Conv2d(std::move(d));
@@ -439,7 +521,7 @@ std::string Conv2d::impl_name(const Shape& in) const {
   if (state_->direct) return "bev:direct1x1:avx512";
   std::lock_guard<std::mutex> lock(state_->mu);
   const State::Plan& p = state_->plan_for(in[0], in[1], in[2]);  // the descriptors only: no run lock
-  if (p.pieces.empty()) return cpu::impl_name(p.pd);
+  if (p.pieces.empty()) return cpu::impl_name(p.pd) + (p.conv_src ? " over column pairs" : "");
   return cpu::impl_name(p.pieces[0].pd) + " in chunks of " + std::to_string(p.pieces[0].pixels) + " px + binary add";
 }
 
@@ -499,6 +581,12 @@ void Conv2d::run(const Tensor& x, const Tensor* residual, Tensor& y, int lane) c
     bind_conversion_scratch(p.src_bf16, 0);
     execute_reorder(p.to_bf16, st, p.src, p.src_bf16);
     src = p.src_bf16.get();
+  }
+  if (p.conv_src) {  // the same bytes, as column pairs
+    void* data = nullptr;
+    dnnl_memory_get_data_handle(src, &data);
+    bind(p.conv_src, data);
+    src = p.conv_src.get();
   }
   const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, src},
                                   {DNNL_ARG_WEIGHTS, p.weights.get()},
