@@ -397,6 +397,15 @@ TEST(Conv2d, StrideTwoOverColumnPairs) {
   }
   // A derived conv keeps the pairs only with the same stride, padding and dilation across the width.
   const Conv2d stem(random_tensor({17, 3, 7, 7}, 203), nullptr, attrs(2, 3, 1, 1, true), Precision::kBF16);
+  {
+    // A bf16 source is read as pairs in place; an f32 one through its rounded copy: same bits.
+    const Tensor x16 = random_tensor({2, 18, 26, 3}, 205).to(DType::kBF16);
+    Tensor y_from_f32 = Tensor::empty(stem.output_shape(x16.shape()), DType::kBF16);
+    Tensor y_from_bf16 = Tensor::empty(stem.output_shape(x16.shape()), DType::kBF16);
+    stem.run(x16.to(DType::kF32), nullptr, y_from_f32);
+    stem.run(x16, nullptr, y_from_bf16);
+    EXPECT_EQ(0, std::memcmp(y_from_f32.raw_data(), y_from_bf16.raw_data(), y_from_f32.nbytes()));
+  }
   Conv2dAttrs unpadded = stem.attrs();
   unpadded.pad_h = 0;
   EXPECT_NE(stem.with_attrs(unpadded).impl_name({1, 20, 30, 3}).find("column pairs"), std::string::npos);
