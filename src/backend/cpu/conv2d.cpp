@@ -166,9 +166,6 @@ struct Conv2d::State {
     return {d, attr, engine()};
   }
 
-  // Not on AMX, where oneDNN's sum post-op is the faster form (tiny's in-place expand convs on the
-  // AMX Xeon, 2 threads, pieces -> sum: bf16 layer1 15.0 -> 9.8 ms, layer2 8.7 -> 3.8, layer3
-  // 4.7 -> 2.4; f32 20.8 -> 20.4, 15.1 -> 14.2, 13.1 -> 13.2).
   // Column pairs (ColumnPairs) where oneDNN pads channel pairs and its bf16 runs at twice f32's
   // rate without AMX: AMD's avx512_bf16 (the AMX tiles block channels otherwise; not measured).
   // BEVFormer's stem, Zen 4, 2 threads, in the bf16 profile (docs/PERF.md): tiny 35.7-37.4 ->
@@ -186,6 +183,9 @@ struct Conv2d::State {
     return {{out_ch, 2 * in_ch_per_group, kh, c.kw}, src_dt(), tag::any};
   }
 
+  // Not on AMX, where oneDNN's sum post-op is the faster form (tiny's in-place expand convs on the
+  // AMX Xeon, 2 threads, pieces -> sum: bf16 layer1 15.0 -> 9.8 ms, layer2 8.7 -> 3.8, layer3
+  // 4.7 -> 2.4; f32 20.8 -> 20.4, 15.1 -> 14.2, 13.1 -> 13.2).
   bool pixel_gemm() const {
     if (isa_has_amx()) return false;
     return attrs.residual && groups() == 1 && kh == 1 && kw == 1 && attrs.stride_h == 1 && attrs.stride_w == 1 &&
