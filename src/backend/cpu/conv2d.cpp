@@ -97,7 +97,7 @@ struct Conv2d::State {
     dnnl::memory weights;
     dnnl::memory scratchpad;
     dnnl::memory::desc src_md, dst_md;  // the run's tensors (src f32 or bf16; dst and residual too)
-    dnnl::memory conv_src;  // the conv's view of its bf16 source as column pairs (unbound); else empty
+    bool column_pairs = false;  // src_md (and src_bf16's) read the source as ColumnPairs' pairs
     dnnl::reorder to_bf16;  // bf16 mode with an f32 source: f32 NHWC source -> src_bf16
     dnnl::memory src_bf16;  // unbound: the thread's conversion scratch
     dnnl::reorder copy_residual;  // a separate residual tensor -> y (a parallel copy)
@@ -136,6 +136,13 @@ struct Conv2d::State {
     return {{groups(), out_ch / groups(), in_ch_per_group, kh, kw}, src_dt(), tag::any};
   }
 
+  // The NHWC source, or the same bytes as pairs of columns: [n, h, w / 2, 2c] (ColumnPairs).
+  dnnl::memory::desc source_md(int64_t n, int64_t h, int64_t w, dt type, bool pairs) const {
+    const int64_t c = in_ch_per_group * groups();
+    if (pairs) return {{n, 2 * c, h, w / 2}, type, tag::nhwc};
+    return {{n, c, h, w}, type, tag::nhwc};
+  }
+
   // The residual is added by oneDNN's sum post-op: y must hold it before the conv runs (run()
   // copies a separate residual in first). A binary-add post-op reading the residual tensor directly
   // would save that copy, but oneDNN 2.6 then leaves brgconv_1x1 for the older jit_1x1 kernel:
@@ -145,9 +152,7 @@ struct Conv2d::State {
                                                     dt out_dt = dt::f32, const ColumnPairs* pairs = nullptr) const {
     const int64_t ho = conv_out_extent(h, kh, attrs.stride_h, attrs.pad_h, attrs.dilation_h);
     const int64_t wo = conv_out_extent(w, kw, attrs.stride_w, attrs.pad_w, attrs.dilation_w);
-    const int64_t c = in_ch_per_group * groups();
-    const dnnl::memory::desc src_md = pairs ? dnnl::memory::desc({n, 2 * c, h, w / 2}, src_dt(), tag::nhwc)
-                                            : dnnl::memory::desc({n, c, h, w}, src_dt(), tag::nhwc);
+    const dnnl::memory::desc src_md = source_md(n, h, w, src_dt(), pairs != nullptr);
     const dnnl::memory::desc dst_md({n, out_ch, ho, wo}, out_dt, tag::nhwc);
     const dnnl::memory::desc bias_md = bias ? dnnl::memory::desc({out_ch}, dt::f32, tag::x) : dnnl::memory::desc();
     const dnnl::memory::dims strides = {attrs.stride_h, pairs ? 1 : attrs.stride_w};
@@ -310,9 +315,13 @@ struct Conv2d::State {
   std::unique_ptr<Plan> make_plan(int64_t n, int64_t h, int64_t w, dt in_dt, dt out_dt, dt res_dt) {
     auto made = std::make_unique<Plan>();
     Plan& p = *made;
-    p.src_md = dnnl::memory::desc({n, in_ch_per_group * groups(), h, w}, in_dt, tag::nhwc);
+    // Pixel chunks are for 1x1 residual convs and column pairs for stride-2 convs without one:
+    // never both.
+    const std::optional<ColumnPairs> pairs = has_pairs ? pairs_geometry(w) : std::nullopt;
+    p.column_pairs = pairs.has_value();
+    p.src_md = source_md(n, h, w, in_dt, p.column_pairs);
     if (precision == Precision::kBF16 && in_dt == dt::f32) {
-      const dnnl::memory::desc bf16_md({n, in_ch_per_group * groups(), h, w}, dt::bf16, tag::nhwc);
+      const dnnl::memory::desc bf16_md = source_md(n, h, w, dt::bf16, p.column_pairs);
       p.src_bf16 = unbound(bf16_md);  // bound to this thread's conversion scratch per run
       p.to_bf16 = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), p.src_md, engine(), bf16_md));
     }
@@ -321,11 +330,9 @@ struct Conv2d::State {
     if (p.pieces.empty()) p.temp = dnnl::memory();
     if (!p.pieces.empty()) return made;
 
-    const std::optional<ColumnPairs> pairs = has_pairs ? pairs_geometry(w) : std::nullopt;
     if (pairs) {
       p.pd = make_pd(n, h, w, pair_weights_any_md(*pairs), out_dt, &*pairs);
       p.weights = pair_weights.in(p.pd.weights_desc());
-      p.conv_src = unbound(p.pd.src_desc());
     } else {
       p.pd = make_pd(n, h, w, weights_any_md(), out_dt);
       p.weights = weights.in(p.pd.weights_desc());
@@ -402,8 +409,7 @@ Conv2d::Conv2d(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs&
     // [O, 2C, kh, kw'] from [O, C, kh, kw] (ColumnPairs); the rest zeros. Rounded to bf16 with
     // the same values as the plain form's.
     const int64_t c = s.in_ch_per_group;
-    Tensor pw = Tensor::empty({s.out_ch, 2 * c, s.kh, pairs->kw}, DType::kF32);
-    std::memset(pw.raw_data(), 0, pw.nbytes());
+    Tensor pw = Tensor::zeros({s.out_ch, 2 * c, s.kh, pairs->kw}, DType::kF32);
     const float* src = w.data<float>();
     float* dst = pw.data<float>();
     for (int64_t o = 0; o < s.out_ch; ++o)
@@ -521,7 +527,7 @@ std::string Conv2d::impl_name(const Shape& in) const {
   if (state_->direct) return "bev:direct1x1:avx512";
   std::lock_guard<std::mutex> lock(state_->mu);
   const State::Plan& p = state_->plan_for(in[0], in[1], in[2]);  // the descriptors only: no run lock
-  if (p.pieces.empty()) return cpu::impl_name(p.pd) + (p.conv_src ? " over column pairs" : "");
+  if (p.pieces.empty()) return cpu::impl_name(p.pd) + (p.column_pairs ? " over column pairs" : "");
   return cpu::impl_name(p.pieces[0].pd) + " in chunks of " + std::to_string(p.pieces[0].pixels) + " px + binary add";
 }
 
@@ -581,12 +587,6 @@ void Conv2d::run(const Tensor& x, const Tensor* residual, Tensor& y, int lane) c
     bind_conversion_scratch(p.src_bf16, 0);
     execute_reorder(p.to_bf16, st, p.src, p.src_bf16);
     src = p.src_bf16.get();
-  }
-  if (p.conv_src) {  // the same bytes, as column pairs
-    void* data = nullptr;
-    dnnl_memory_get_data_handle(src, &data);
-    bind(p.conv_src, data);
-    src = p.conv_src.get();
   }
   const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, src},
                                   {DNNL_ARG_WEIGHTS, p.weights.get()},
