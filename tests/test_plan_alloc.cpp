@@ -27,6 +27,7 @@
 #include "model/bevformer.h"
 #include "model/synthetic.h"
 #include "engine_test_util.h"
+#include "kernel_test_util.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define BEV_ALLOC_HOOK 0
@@ -291,17 +292,13 @@ TEST_F(PlanAllocations, MoreSlotsInUseThanBeforeAllocateNothing) {
   auto cpu = make_cpu_backend(1, Precision::kF32);
   Ops rec(*cpu, Ops::Mode::kPlan);
   constexpr int64_t kCells = 5, kCams = 2, kMaxLen = 6, kC = 4;  // 1 head of 4, 1 level of 3 x 3, 2 points
-  const auto random = [](const Shape& shape, float lo, float hi) {
-    Tensor t = Tensor::empty(shape, DType::kF32);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = lo + (hi - lo) * static_cast<float>((i * 37 + 11) % 101) / 101.0f;
-    return t;
-  };
-  const PreparedWeights offsets = rec.prepare_linear(random({4, kC}, -0.5f, 0.5f), nullptr, {});
-  const PreparedWeights weights = rec.prepare_linear(random({2, kC}, -0.5f, 0.5f), nullptr, {});
-  const Tensor query = cpu->upload(random({kCells, kC}, -1, 1));
-  const Tensor value = cpu->upload(random({kCams, 9, 1, kC}, -1, 1));
-  const Tensor reference = cpu->upload(random({kCams * kMaxLen, 1, 1, 2}, 0, 1));
-  const Tensor inv_count = cpu->upload(random({kCells, 1}, 0.5f, 1));
+  using kernel_test::random_tensor;
+  const PreparedWeights offsets = rec.prepare_linear(random_tensor({4, kC}, 1, -0.5f, 0.5f), nullptr, {});
+  const PreparedWeights weights = rec.prepare_linear(random_tensor({2, kC}, 2, -0.5f, 0.5f), nullptr, {});
+  const Tensor query = cpu->upload(random_tensor({kCells, kC}, 3));
+  const Tensor value = cpu->upload(random_tensor({kCams, 9, 1, kC}, 4));
+  const Tensor reference = cpu->upload(random_tensor({kCams * kMaxLen, 1, 1, 2}, 5, 0.0f, 1.0f));
+  const Tensor inv_count = cpu->upload(random_tensor({kCells, 1}, 6, 0.5f, 1.0f));
   const Tensor index = cpu->empty({kCams * kMaxLen}, DType::kI64);
   const Tensor y = rec.spatial_cross_attention(query, index, reference, inv_count, value, offsets, weights,
                                                {.spatial_shapes = {{3, 3}}, .level_start = {0}}, DType::kF32, "sca");

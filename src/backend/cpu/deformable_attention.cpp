@@ -56,7 +56,7 @@ void deformable_attention(const Tensor& query, const Tensor& reference, const Te
   const auto levels = static_cast<int64_t>(a.msda.spatial_shapes.size());
   const int64_t points = a.points;
   const DeformableProjections proj = deformable_projections(kOp, a, query.size(1), heads);
-  const int64_t samples = proj.samples;  // (a plain variable: clang 14's lambdas cannot capture a structured binding)
+  const int64_t samples = proj.samples;
   if (bs < 1 || rows % bs != 0) bad_tensor(kOp, query, "query", "bs * Lq rows for value " + value.describe());
   if (!reference.defined() || reference.device() != Device::kCpu || reference.dtype() != DType::kF32 ||
       reference.dim() != 4 || reference.size(0) != rows || !reference.is_contiguous())

@@ -80,7 +80,7 @@ void spatial_cross_attention(const Tensor& query, const Tensor& query_index, con
   const auto levels = static_cast<int64_t>(a.msda.spatial_shapes.size());
   const int64_t points = a.points;
   const DeformableProjections proj = deformable_projections(kOp, a, query.size(1), heads);
-  const int64_t samples = proj.samples;  // (a plain variable: clang 14's lambdas cannot capture a structured binding)
+  const int64_t samples = proj.samples;
   if (!query_index.defined() || query_index.device() != Device::kCpu || query_index.dtype() != DType::kI64 ||
       query_index.dim() != 1 || !query_index.is_contiguous() || cams < 1 || query_index.size(0) % cams != 0)
     bad_tensor(kOp, query_index, "query_index", "contiguous host i64 [cameras * max_len], cameras = value's first extent");
