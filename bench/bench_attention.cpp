@@ -69,6 +69,7 @@ void bm_numerators(benchmark::State& state, bool bf16) {
 int main(int argc, char** argv) {
   bev::bench::start(&argc, argv);
   for (Precision p : {Precision::kF32, Precision::kBF16}) {
+    if (!bev::bench::runs_here(p)) continue;
     const std::string name = p == Precision::kF32 ? "f32" : "bf16";
     for (int64_t batch : {1, 3}) {
       benchmark::RegisterBenchmark(("attention/dec_self/b" + std::to_string(batch) + "/" + name).c_str(),

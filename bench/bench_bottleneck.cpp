@@ -138,6 +138,7 @@ int main(int argc, char** argv) {
   bev::bench::start(&argc, argv);
   for (const BlockCase& c : all_cases()) {
     for (Precision p : {Precision::kF32, Precision::kBF16}) {
+      if (!bev::bench::runs_here(p)) continue;
       for (bool fused : {false, true}) {
         const std::string name = c.name + (p == Precision::kF32 ? "/f32" : "/bf16") + (fused ? "/fused" : "/conv_by_conv");
         benchmark::RegisterBenchmark(name.c_str(), [c, fused, p](benchmark::State& s) { bm_block(s, c, fused, p); })

@@ -185,6 +185,7 @@ int main(int argc, char** argv) {
       if (m == "bf16act" && c.name.find("stem") != std::string::npos) continue;
       const Precision p = m == "f32" ? Precision::kF32 : Precision::kBF16;
       const bool acts = m == "bf16act";
+      if (!bev::bench::runs_here(p)) continue;
       benchmark::RegisterBenchmark((c.name + "/" + m).c_str(), [c, p, acts](benchmark::State& s) { bm_conv(s, c, p, acts); })
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();

@@ -49,6 +49,10 @@ void BM_dcn(benchmark::State& state) {
   const int64_t n = state.range(0), h = state.range(1), w = state.range(2), c = state.range(3);
   const size_t budget = static_cast<size_t>(state.range(4)) << 20;
   const bev::Precision precision = state.range(5) ? bev::Precision::kBF16 : bev::Precision::kF32;
+  if (const std::string lacks = bev::cpu::precision_lacks(precision); !lacks.empty()) {
+    state.SkipWithError(("bf16 does not run on this CPU: it lacks " + lacks).c_str());  // rows are registered statically
+    return;
+  }
   const DType act = precision == bev::Precision::kBF16 ? DType::kBF16 : DType::kF32;
   const Tensor x = random_tensor({n, h, w, c}, 1, -1.0f, 1.0f).to(act);
   const Tensor wt = random_tensor({c, c, 3, 3}, 2, -0.05f, 0.05f);
@@ -71,6 +75,10 @@ void BM_dcn(benchmark::State& state) {
 void BM_matmul_only(benchmark::State& state) {
   const int64_t n = state.range(0), h = state.range(1), w = state.range(2), c = state.range(3);
   const bool bf16 = state.range(4) != 0;
+  if (const std::string lacks = bev::cpu::precision_lacks(bf16 ? bev::Precision::kBF16 : bev::Precision::kF32); !lacks.empty()) {
+    state.SkipWithError(("bf16 does not run on this CPU: it lacks " + lacks).c_str());
+    return;
+  }
   const int64_t m = n * h * w, k = 9 * c;
   const Tensor a = random_tensor({m, k}, 1, -1.0f, 1.0f), b = random_tensor({k, c}, 2, -0.05f, 0.05f);
   Tensor y = Tensor::empty({m, c}, DType::kF32);

@@ -21,6 +21,7 @@
 
 #include "backend/cpu/linear.h"
 #include "backend/cpu/onednn.h"
+#include "core/cpu_features.h"
 #include "bench_util.h"
 
 namespace {
@@ -94,10 +95,6 @@ __attribute__((target("avx512f"))) double fma_loop(int64_t iters) {
 }
 
 void bm_fma_peak(benchmark::State& state) {
-  if (!__builtin_cpu_supports("avx512f")) {
-    state.SkipWithError("no AVX-512");
-    return;
-  }
   const int64_t iters = 1 << 20;
   for (auto _ : state) benchmark::DoNotOptimize(fma_loop(iters));
   const double flops = static_cast<double>(iters) * 12 * 16 * 2 * omp_get_max_threads();
@@ -133,8 +130,10 @@ const LinearCase kLinearCases[] = {
 
 int main(int argc, char** argv) {
   bev::bench::start(&argc, argv);
-  benchmark::RegisterBenchmark("fma_loop_f32_roofline", bm_fma_peak)->Unit(benchmark::kMillisecond)->UseRealTime();
+  if (bev::cpu_features::has(bev::cpu_features::Isa::kAvx512))
+    benchmark::RegisterBenchmark("fma_loop_f32_roofline", bm_fma_peak)->Unit(benchmark::kMillisecond)->UseRealTime();
   for (Precision p : {Precision::kF32, Precision::kBF16}) {
+    if (!bev::bench::runs_here(p)) continue;
     for (const LinearCase& c : kLinearCases) {
       benchmark::RegisterBenchmark((std::string("linear/") + c.name + "/" + name_of(p)).c_str(),
                                    [c, p](benchmark::State& s) { bm_linear(s, c.m, c.in, c.out, c.relu, p); })

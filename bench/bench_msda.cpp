@@ -142,8 +142,9 @@ int main(int argc, char** argv) {
     // least. Two threads: wall time (the pool's workers are not in the main thread's CPU time).
     benchmark::RegisterBenchmark((c.name + "/reference").c_str(), bm_reference, d)->Unit(benchmark::kMillisecond);
     for (MsdaIsa isa : {MsdaIsa::kScalar, MsdaIsa::kAvx2, MsdaIsa::kAvx512})
-      benchmark::RegisterBenchmark((c.name + "/" + msda_isa_name(isa) + "/threads:1").c_str(), bm_fast, d, isa, 1, false, MsdaPrefetch::kAuto)
+      if (msda_isa_supported(isa)) benchmark::RegisterBenchmark((c.name + "/" + msda_isa_name(isa) + "/threads:1").c_str(), bm_fast, d, isa, 1, false, MsdaPrefetch::kAuto)
           ->Unit(benchmark::kMillisecond);
+    if (!msda_isa_supported(MsdaIsa::kAvx512)) continue;  // the rows below are AVX-512's
     benchmark::RegisterBenchmark((c.name + "/avx512_head_major/threads:1").c_str(), bm_fast, d, MsdaIsa::kAvx512, 1, true, MsdaPrefetch::kAuto)
         ->Unit(benchmark::kMillisecond);
     for (bool head_major : {false, true})

@@ -27,17 +27,32 @@ inline Tensor filled(const Shape& shape, uint32_t seed) {
 // GFLOP/s of a large oneDNN matmul, measured once per process: the "% of peak" denominator.
 // int8 (GOP/s of u8 x s8) is measured on first use only: benchmarks that have no int8 row never pay.
 inline double peak(cpu::Precision p) {
+  // A precision this CPU lacks has no peak (0): its rows skip (skip_unless_runs).
   static const double f32 = cpu::measure_peak_gflops(cpu::Precision::kF32);
-  static const double bf16 = cpu::measure_peak_gflops(cpu::Precision::kBF16);
+  static const double bf16 = cpu::precision_lacks(cpu::Precision::kBF16).empty() ? cpu::measure_peak_gflops(cpu::Precision::kBF16) : 0;
   switch (p) {
     case cpu::Precision::kF32: return f32;
     case cpu::Precision::kBF16: return bf16;
     case cpu::Precision::kInt8: {
-      static const double int8 = cpu::measure_peak_gflops(cpu::Precision::kInt8);
+      static const double int8 = cpu::precision_lacks(cpu::Precision::kInt8).empty() ? cpu::measure_peak_gflops(cpu::Precision::kInt8) : 0;
       return int8;
     }
   }
   return 0;
+}
+
+// Whether to register rows in precision p: rows this CPU cannot run are left out, and the
+// first time for each precision stdout says why (Google Benchmark 1.7 can only skip a row as an
+// error, which the smoke runs rightly count as a failure).
+inline bool runs_here(cpu::Precision p) {
+  const std::string lacks = cpu::precision_lacks(p);
+  if (lacks.empty()) return true;
+  static bool said[3] = {false, false, false};
+  if (!said[static_cast<int>(p) % 3]) {
+    said[static_cast<int>(p) % 3] = true;
+    std::printf("%s rows left out: this CPU lacks %s\n", bev::precision_name(p), lacks.c_str());
+  }
+  return false;
 }
 
 // The start of main() for the oneDNN benchmarks: BEV_THREADS=n sizes the OpenMP team (default:

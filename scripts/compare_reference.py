@@ -47,7 +47,7 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for both (default: all CPUs)")
     ap.add_argument("--frames", type=int, default=5, help="timed frames each (default 5)")
     ap.add_argument("--rounds", type=int, default=1,
-                    help="torch then ours, this many times; medians over rounds (default 1)")
+                    help="ours then torch, this many times; medians over rounds (default 1)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed frames first (default 2, at least 2)")
     ap.add_argument("--seed", type=int, default=2026, help="weights and frames (default 2026)")
     ap.add_argument("--precision", default="f32", choices=["f32", "bf16"], help="both sides' precision (default f32)")
@@ -75,6 +75,10 @@ def main():
             torch_cmd.append("--default-malloc")
         refs, benches = [], []  # one per round: time_reference's JSON, bench's
         for _ in range(args.rounds):
+            # Ours first: a precision this CPU lacks is refused there (exit 2, saying what it lacks)
+            # before the reference spends a run on it.
+            benches.append(run_json([args.bevformer, "bench", *common, "--precision", args.precision, "--no-peak",
+                                     "--json"]))
             print("+ " + " ".join(torch_cmd), file=sys.stderr, flush=True)
             p = subprocess.run(torch_cmd, stdout=subprocess.PIPE, text=True)
             if p.returncode == 77:
@@ -83,8 +87,6 @@ def main():
             if p.returncode != 0:
                 return p.returncode
             refs.append(json.loads(p.stdout))
-            benches.append(run_json([args.bevformer, "bench", *common, "--precision", args.precision, "--no-peak",
-                                     "--json"]))
 
     median = statistics.median
     ours, ref = benches[0], refs[0]  # for what every round reports alike

@@ -19,6 +19,7 @@
 #include "runtime/engine.h"
 #include "engine_test_util.h"
 #include "error_test_util.h"
+#include "precision_test_util.h"
 
 namespace bev {
 namespace {
@@ -79,7 +80,7 @@ TEST(ForeignBackend, GoldenMicroGivesTheCpuBits) {
   const GoldenSetFiles set = find_golden_set(kMicro);
   const ModelConfig cfg = load_config(set.config_path);
   const Checkpoint ck = load_checkpoint(set.checkpoint_path);
-  for (const Precision precision : {Precision::kF32, Precision::kBF16})
+  for (const Precision precision : bev::precision_test::precisions_here({Precision::kF32, Precision::kBF16}))
   for (const bool replay : {true, false}) {
     EngineOptions cpu_options, foreign_options;
     cpu_options.backend_options = foreign_options.backend_options = {2, precision, 0};

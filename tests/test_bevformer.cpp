@@ -19,6 +19,7 @@
 #include "model/synthetic.h"
 #include "engine_test_util.h"
 #include "error_test_util.h"
+#include "precision_test_util.h"
 
 namespace bev {
 namespace {
@@ -272,6 +273,7 @@ TEST(BevFormerPlans, ReplayIsBitIdenticalToEager) {
 // eager bit for bit, and the result stays near f32's (a dropped rounding or a misread bf16
 // buffer would not).
 TEST(BevFormerPlans, Bf16ReplayIsBitIdenticalToEagerAndNearF32) {
+  BEV_SKIP_UNLESS_RUNS(Precision::kBF16);
   const ModelConfig cfg = micro();
   auto bf16 = make_cpu_backend(2, Precision::kBF16);
   auto f32 = make_cpu_backend(2, Precision::kF32);
@@ -427,7 +429,7 @@ TEST(BevFormerPipeline, StagedAheadIsBitIdenticalToOneFrameAtATime) {
     if (k == 5 || k == 6) f = padded_wider(std::move(f), 32);
     frames.push_back(std::move(f));
   }
-  for (const Precision precision : {Precision::kF32, Precision::kBF16}) {
+  for (const Precision precision : bev::precision_test::precisions_here({Precision::kF32, Precision::kBF16})) {
     auto backend = make_cpu_backend(2, precision);
     for (const bool replay : {true, false}) {
       LoadedModel plain(cfg, ck, *backend, replay), piped(cfg, ck, *backend, replay, /*pipelined=*/true);

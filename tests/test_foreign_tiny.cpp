@@ -6,6 +6,7 @@
 #include "backend/registry.h"
 #include "model/synthetic.h"
 #include "engine_test_util.h"
+#include "precision_test_util.h"
 
 namespace bev {
 namespace {
@@ -16,7 +17,7 @@ using testing::LoadedModel;
 TEST(ForeignBackend, FullSizeTinySequenceGivesTheCpuBits) {
   const ModelConfig cfg = config_preset("tiny");
   const Checkpoint ck = random_checkpoint(cfg, 71);
-  for (const Precision p : {Precision::kF32, Precision::kBF16}) {
+  for (const Precision p : bev::precision_test::precisions_here({Precision::kF32, Precision::kBF16})) {
     const auto cpu = make_backend("cpu", {0, p, 0});
     const auto foreign = make_backend("foreign", {0, p, 0});
     LoadedModel a(cfg, ck, *cpu), b(cfg, ck, *foreign);

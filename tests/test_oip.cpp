@@ -28,6 +28,7 @@
 #include "server/router.h"
 #include "server/sequences.h"
 #include "server_test_util.h"
+#include "precision_test_util.h"
 
 namespace bev::server {
 namespace {
@@ -685,6 +686,7 @@ TEST(OipHandoff, HandoffEndpointRefusals) {
 // changed), another precision and another backend, and /v1/handoff refuses a history from any of
 // them with 422 model_mismatch, installing nothing.
 TEST(OipHandoff, AnotherModelsHistoryIs422ModelMismatch) {
+  BEV_SKIP_UNLESS_RUNS(Precision::kBF16);
   auto a = fleet_model();
   const std::vector<json> f = sequence_frames("handoff-other-model", 1);
   ASSERT_EQ(parse(a->detect(json_body(f[0]), "").json), library_run(f)[0]);

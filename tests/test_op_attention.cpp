@@ -25,6 +25,7 @@
 #include "core/thread_pool.h"
 #include "error_test_util.h"
 #include "kernel_test_util.h"
+#include "precision_test_util.h"
 
 namespace bev::cpu {
 namespace {
@@ -161,6 +162,7 @@ TEST(CpuAttention, MatchesDoubleReferenceF32) {
 }
 
 TEST(CpuAttention, MatchesDoubleReferenceBF16) {
+  BEV_SKIP_UNLESS_RUNS(Precision::kBF16);
   for (const Case& t : kCases) check(t, Precision::kBF16, 2);
 }
 
@@ -171,13 +173,14 @@ TEST(CpuAttention, SeveralBlocksWithAShortLast) {
   ASSERT_LT(block, t.q_len);
   ASSERT_NE(t.q_len % block, 0);
   check(t, Precision::kF32, 2);
-  check(t, Precision::kBF16, 1);
+  if (bev::precision_test::runs_here(Precision::kBF16)) check(t, Precision::kBF16, 1);
 }
 
 // Heads of 32 channels at a positive scale: on an AMX machine, bf16 runs the fused tile kernel
 // (attention_amx.h). Keys on both sides of its chunks of 64 (1, 63, 64, 65, 129) and queries on
 // both sides of its tiles of 16, one thread and two. Elsewhere these run the oneDNN path.
 TEST(CpuAttention, TileKernelShapes) {
+  BEV_SKIP_UNLESS_RUNS(Precision::kBF16);
   if (isa_has_amx()) {
     EXPECT_TRUE(attention_amx_applies(256, 8, 0.1767767f));
   }
@@ -194,7 +197,9 @@ TEST(CpuAttention, TileKernelShapes) {
 }
 
 // The decoder's self-attention as the model runs it: 900 queries and keys, 8 heads of 32.
-TEST(CpuAttention, DecoderShapeBF16) { check({1, 900, 900, 256, 8, 0.1767767f}, Precision::kBF16, 2); }
+TEST(CpuAttention, DecoderShapeBF16) {
+  BEV_SKIP_UNLESS_RUNS(Precision::kBF16);
+  check({1, 900, 900, 256, 8, 0.1767767f}, Precision::kBF16, 2); }
 
 TEST(CpuAttention, NanPoisonsOnlyItsRowAndHead) {
   const Case t{1, 9, 11, 8, 2, 0.5f};
@@ -202,7 +207,7 @@ TEST(CpuAttention, NanPoisonsOnlyItsRowAndHead) {
   const Tensor k = random_tensor({1, 11, 8}, 8), v = random_tensor({1, 11, 8}, 9);
   q.data<float>()[5 * 8 + 1] = std::numeric_limits<float>::quiet_NaN();  // query 5, head 0
   Tensor y = Tensor::empty({1, 9, 8}, DType::kF32);
-  for (Precision p : {Precision::kF32, Precision::kBF16}) {
+  for (Precision p : bev::precision_test::precisions_here({Precision::kF32, Precision::kBF16})) {
     attention(q, k, v, t.heads, t.scale, y, p);
     for (int64_t i = 0; i < 9; ++i)
       for (int64_t c = 0; c < 8; ++c) {
@@ -222,7 +227,7 @@ TEST(CpuAttention, NanStaysInItsRowHeadOrColumnWithWideHeads) {
     if (which == 0) q.data<float>()[18 * c + 40] = nan;  // query 18, head 1
     if (which == 1) k.data<float>()[67 * c + 3] = nan;   // key 67 (past the first chunk), head 0
     if (which == 2) v.data<float>()[66 * c + 35] = nan;  // value 66, head 1, channel 35
-    for (Precision p : {Precision::kF32, Precision::kBF16}) {
+    for (Precision p : bev::precision_test::precisions_here({Precision::kF32, Precision::kBF16})) {
       Tensor y = Tensor::empty({1, ql, c}, DType::kF32);
       attention(q, k, v, 2, 0.25f, y, p);
       for (int64_t i = 0; i < ql; ++i)
@@ -237,7 +242,7 @@ TEST(CpuAttention, NanStaysInItsRowHeadOrColumnWithWideHeads) {
 // A NaN in a key poisons every query of its head; a NaN in a value, its column of every query.
 TEST(CpuAttention, NanInAKeyOrValueStaysInItsHead) {
   const Tensor q = random_tensor({1, 9, 8}, 17);
-  for (Precision p : {Precision::kF32, Precision::kBF16}) {
+  for (Precision p : bev::precision_test::precisions_here({Precision::kF32, Precision::kBF16})) {
     Tensor k = random_tensor({1, 11, 8}, 18), v = random_tensor({1, 11, 8}, 19);
     k.data<float>()[2 * 8 + 1] = std::numeric_limits<float>::quiet_NaN();  // key 2, head 0
     Tensor y = Tensor::empty({1, 9, 8}, DType::kF32);

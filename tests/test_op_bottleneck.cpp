@@ -33,6 +33,7 @@
 #include "bevformer/error.h"
 #include "core/half.h"
 #include "kernel_test_util.h"
+#include "precision_test_util.h"
 
 namespace bev::cpu {
 namespace {
@@ -249,6 +250,7 @@ TEST(Bottleneck, InPlaceEqualsSeparateOutput) {
 }
 
 TEST(Bottleneck, Bf16ActivationsMatchTheReference) {
+  BEV_SKIP_UNLESS_RUNS(Precision::kBF16);
   // bf16 precision: weights and every conv's source rounded to bf16, products summed in f32, t1,
   // t2 and y stored in bf16. Each conv errs by at most (2^-7 + 2^-16) of its terms' magnitude
   // (test_op_conv2d's bound) plus the rounding of its stored output, 2^-8; errors of a chain add
@@ -268,6 +270,7 @@ TEST(Bottleneck, Bf16ActivationsMatchTheReference) {
 }
 
 TEST(Bottleneck, Bf16OnAmxRunsItsOneByOnesOnTiles) {
+  BEV_SKIP_UNLESS_RUNS(Precision::kBF16);
   // Channels of whole tiles (multiples of 32): on AMX the 1x1 members run on cpu::Amx1x1, the next
   // strip's rows spread into conv3's calls, the residual added by the tile unit. The same bound as
   // above, against the plain reference and against the convs run one by one (on oneDNN), with and
@@ -338,6 +341,7 @@ TEST(Bottleneck, RunsEveryBandOnASmallerTeamThanAsked) {
 }
 
 TEST(Bottleneck, MixedDtypesAsTheImageStageHasThem) {
+  BEV_SKIP_UNLESS_RUNS(Precision::kBF16);
   // bf16 precision. (1) The last block of an output stage: bf16 input, f32 output, the identity
   // added from the bf16 input (a residual of another dtype than y). (2) An f32 input with bf16
   // activations (rounded inside conv1 and the downsample).

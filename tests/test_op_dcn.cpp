@@ -16,6 +16,7 @@
 #include "backend/cpu/deform_conv2d.h"
 #include "core/half.h"
 #include "kernel_test_util.h"
+#include "precision_test_util.h"
 
 namespace bev::cpu {
 namespace {
@@ -224,6 +225,7 @@ double rel_l2(const Tensor& got, const std::vector<double>& want) {
 // the exact spec (a wrong column layout or a misread tile would be O(1)). Tiles, a short last
 // tile, channel tails and bias included.
 TEST(DeformConv2d, Bf16ColumnsMatchTheRoundedSpec) {
+  BEV_SKIP_UNLESS_RUNS(Precision::kBF16);
   const Case cases[] = {
       {2, 7, 5, 19, 5, 3, 3, 1, 1, 1, true, DeformConv2d::kDefaultColBudgetBytes},
       {1, 6, 11, 40, 33, 3, 3, 1, 1, 1, true, 4096},  // many tiles, 16+16+8 channels
@@ -279,7 +281,7 @@ TEST(DeformConv2d, FusedReluAndBf16OutputAreTheUnfusedBits) {
   const Tensor w = random_tensor({c.cout, c.cin, c.kh, c.kw}, rng, -0.5f, 0.5f);
   const Tensor b = random_tensor({c.cout}, rng, -1.0f, 1.0f);
   ThreadPool pool(2);
-  for (const Precision p : {Precision::kF32, Precision::kBF16}) {
+  for (const Precision p : bev::precision_test::precisions_here({Precision::kF32, Precision::kBF16})) {
     const DeformConv2d plain(w, &b, 1, 1, 1, c.col_budget, p);
     const DeformConv2d fused(w, &b, 1, 1, 1, c.col_budget, p, /*relu=*/true);
     const Shape ys = plain.output_shape(x.shape());

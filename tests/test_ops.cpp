@@ -12,6 +12,7 @@
 #include "backend/ops.h"
 #include "backend/recorded_stage.h"
 #include "bevformer/error.h"
+#include "precision_test_util.h"
 
 namespace bev {
 namespace {
@@ -245,7 +246,7 @@ TEST(Ops, ShapeErrorsNameTheOpAndExpectation) {
 // bf16 input or a requested bf16 output, naming what it expected; in bf16 the same calls run.
 // Copies into bf16 take f32 only.
 TEST(Ops, Bf16ActivationsOnlyInBf16Arithmetic) {
-  for (const Precision p : {Precision::kF32, Precision::kBF16, Precision::kInt8}) {
+  for (const Precision p : bev::precision_test::precisions_here({Precision::kF32, Precision::kBF16, Precision::kInt8})) {
     auto backend = make_cpu_backend(1, p);
     Ops ops(*backend);
     EXPECT_EQ(backend->float_precision(), p == Precision::kInt8 ? (cpu::bf16_outruns_f32() ? Precision::kBF16 : Precision::kF32) : p);

@@ -28,6 +28,7 @@
 #include "model/synthetic.h"
 #include "engine_test_util.h"
 #include "kernel_test_util.h"
+#include "precision_test_util.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define BEV_ALLOC_HOOK 0
@@ -235,7 +236,7 @@ TEST_F(PlanAllocations, TheHookAttributesOneDnnAllocations) {
 TEST_F(PlanAllocations, ReplayedStagesAllocateNothingOutsideOneDnn) {
   const ModelConfig cfg = load_config(std::string(BEV_SHARED_DIR) + "/golden/micro/config.json");
   const Checkpoint ck = random_checkpoint(cfg, 17);
-  for (Precision precision : {Precision::kF32, Precision::kBF16}) {
+  for (Precision precision : bev::precision_test::precisions_here({Precision::kF32, Precision::kBF16})) {
     SCOPED_TRACE(precision_name(precision));
     auto cpu = make_cpu_backend(2, precision);
     AttributingBackend backend(*cpu);

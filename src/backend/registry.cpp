@@ -1,6 +1,5 @@
 #include "backend/registry.h"
 
-#include "backend/cpu/conv2d_int8.h"
 #include "backend/cpu/onednn.h"
 #include "backend/foreign/foreign_backend.h"
 #include "bevformer/error.h"
@@ -24,13 +23,8 @@ std::vector<std::string> available_backends() { return {"cpu", "foreign"}; }
 
 void require_backend(const std::string& name, const BackendOptions& options) {
   if (name == "cpu" || name == "foreign") {
-    // Said before any weights load: the int8 convs are refused on such a CPU anyway.
-    if (options.precision == Precision::kInt8 && !cpu::has_int8_dot()) {
-      throw Error(ErrorKind::kUnsupported, "int8 precision: this CPU has no exact int8 dot product (oneDNN ISA " +
-                                               cpu::isa_name() + ")")
-          .expected("AVX-512 VNNI, AVX2 VNNI or AMX")
-          .hint("--precision f32 or bf16 runs here");
-    }
+    // Said before any weights load, so that a server refuses at start and never per frame.
+    cpu::require_precision(options.precision);
     return;
   }
   if (name == "cuda") {

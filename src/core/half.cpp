@@ -1,5 +1,7 @@
 #include "core/half.h"
 
+#include "core/cpu_features.h"
+
 namespace bev {
 
 float half_to_float(uint16_t h) {
@@ -73,15 +75,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void float_to_bf16_avx512(c
   }
 }
 
-const bool kHaveAvx512bw = [] {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-}();
-
 }  // namespace
 
 void float_to_bf16_n(const float* src, uint16_t* dst, size_t n) {
-  if (kHaveAvx512bw) return float_to_bf16_avx512(src, dst, n);
+  if (cpu_features::has(cpu_features::Isa::kAvx512)) return float_to_bf16_avx512(src, dst, n);
   for (size_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
 }
 

@@ -42,18 +42,6 @@ void check_tensor(const char* name, const Tensor& t, std::initializer_list<DType
 
 }  // namespace
 
-bool has_int8_dot() {
-  switch (dnnl::get_effective_cpu_isa()) {
-    case dnnl::cpu_isa::avx2_vnni:
-    case dnnl::cpu_isa::avx512_core_vnni:
-    case dnnl::cpu_isa::avx512_core_bf16:
-    case dnnl::cpu_isa::avx512_core_amx:
-      return true;
-    default:
-      return false;
-  }
-}
-
 Tensor Conv2dInt8::quantize_weights(const Tensor& weight_oihw, Tensor* scales) {
   cpu::expect_f32_host("cpu::Conv2dInt8", "weight", weight_oihw);
   if (weight_oihw.dim() != 4 || weight_oihw.size(0) < 1) invalid("weight is " + weight_oihw.describe(), "rank 4 OIHW");

@@ -24,8 +24,7 @@
 
 namespace bev::cpu {
 
-// Whether this machine's oneDNN multiplies u8 by s8 exactly (VNNI or AMX-int8).
-bool has_int8_dot();
+bool has_int8_dot();  // backend/cpu/onednn.h
 
 class Conv2dInt8 {
  public:

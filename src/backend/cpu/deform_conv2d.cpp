@@ -216,7 +216,7 @@ TapGeometry tap_geometry(int64_t h, int64_t w, int64_t cin, int64_t kh, int64_t 
   const auto fits = [&](int64_t size, int64_t k) {
     return size < kLimit && stride * (size + 2 * int64_t{pad}) < kLimit && k * dilation < kLimit;
   };
-  static const bool cpu = avx512::has_bw() && __builtin_cpu_supports("avx512dq");
+  const bool cpu = avx512::has_bw();  // with DQ (cpu_features::Isa::kAvx512)
   g.avx512 = cpu && h * w * cin < kLimit && fits(h, kh) && fits(w, kw);
   // The vector form's tables, padded to whole groups of 16 so it loads them without a tail.
   if (g.avx512) {

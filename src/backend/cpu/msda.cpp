@@ -13,6 +13,7 @@
 
 #include "backend/cpu/onednn.h"
 #include "bevformer/error.h"
+#include "core/cpu_features.h"
 #include "core/half.h"
 
 namespace bev::cpu {
@@ -425,10 +426,8 @@ const char* msda_isa_name(MsdaIsa isa) {
 bool msda_isa_supported(MsdaIsa isa) {
   switch (isa) {
     case MsdaIsa::kScalar: return true;
-    case MsdaIsa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case MsdaIsa::kAvx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-             __builtin_cpu_supports("avx512dq");
+    case MsdaIsa::kAvx2: return cpu_features::has(cpu_features::Isa::kAvx2);
+    case MsdaIsa::kAvx512: return cpu_features::has(cpu_features::Isa::kAvx512);
   }
   return false;
 }
@@ -439,10 +438,9 @@ double msda_prefetch_bytes() {
 }
 
 MsdaIsa msda_best_isa() {
-  static const MsdaIsa best = msda_isa_supported(MsdaIsa::kAvx512) ? MsdaIsa::kAvx512
-                              : msda_isa_supported(MsdaIsa::kAvx2) ? MsdaIsa::kAvx2
-                                                                   : MsdaIsa::kScalar;
-  return best;
+  return msda_isa_supported(MsdaIsa::kAvx512) ? MsdaIsa::kAvx512
+         : msda_isa_supported(MsdaIsa::kAvx2) ? MsdaIsa::kAvx2
+                                              : MsdaIsa::kScalar;
 }
 
 void msda_with_isa(MsdaIsa isa, const Tensor& value, const SpatialShapes& spatial_shapes, const std::vector<int64_t>& level_start,

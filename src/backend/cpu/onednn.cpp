@@ -10,6 +10,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/cpu_features.h"
+
 namespace bev::cpu {
 
 const dnnl::engine& engine() {
@@ -70,6 +72,45 @@ std::string isa_name() {
   }
 }
 
+bool has_int8_dot() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx2_vnni:
+    case dnnl::cpu_isa::avx512_core_vnni:
+    case dnnl::cpu_isa::avx512_core_bf16:
+    case dnnl::cpu_isa::avx512_core_amx:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string precision_lacks(Precision p) {
+  switch (p) {
+    case Precision::kF32: return "";
+    case Precision::kBF16: return cpu_features::lacking(cpu_features::Isa::kAvx512);
+    case Precision::kInt8:
+      return has_int8_dot() ? "" : "an exact int8 dot product (AVX-512 VNNI, AVX2 VNNI or AMX; oneDNN ISA " + isa_name() + ")";
+  }
+  return "";
+}
+
+std::string precisions_that_run() {
+  std::vector<std::string> run;
+  for (Precision p : {Precision::kF32, Precision::kBF16, Precision::kInt8}) {
+    if (precision_lacks(p).empty()) run.push_back(precision_name(p));
+  }
+  std::string s;
+  for (size_t i = 0; i < run.size(); ++i) s += (i == 0 ? "" : i + 1 == run.size() ? " or " : ", ") + run[i];
+  return s;
+}
+
+void require_precision(Precision p) {
+  const std::string lacks = precision_lacks(p);
+  if (lacks.empty()) return;
+  throw Error(ErrorKind::kUnsupported, std::string(precision_name(p)) + " precision does not run on this CPU: it lacks " + lacks)
+      .hint("--precision " + precisions_that_run() + " runs here");
+}
+
 Precision float_arithmetic(Precision p) {
   if (p != Precision::kInt8) return p;
   return bf16_outruns_f32() ? Precision::kBF16 : Precision::kF32;
@@ -89,7 +130,7 @@ bool cpu_is_amd() {
 
 bool isa_has_amx() {
   static const bool amx = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
-  return amx;
+  return amx && cpu_features::has(cpu_features::Isa::kAmx);  // a test's cap too
 }
 
 dnnl::memory::data_type to_dnnl(DType dtype) {
@@ -228,6 +269,7 @@ double measure_peak_gflops(Precision precision, int64_t size, int repeats) {
   // by the tiles: on the AMX Xeon (2 threads) bf16 512^3 ran at 2875 GFLOP/s, 1024^3 at 2008,
   // 2048^3 at 1791, 4096^3 at 1342, while tiny's 3x3 convs ran at up to 3600; a peak below
   // what a conv reaches is no peak. f32 and AVX-512 bf16 change little between these sizes.
+  require_precision(precision);
   double best = 0;
   for (int64_t s : {size / 4, size / 2, size}) {
     if (s >= 64 || s == size) best = std::max(best, matmul_rate(precision, s, s == size ? repeats : 4 * repeats));

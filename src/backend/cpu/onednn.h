@@ -46,6 +46,16 @@ bool cpu_is_amd();
 // Whether oneDNN's bf16 runs at about twice its f32 rate here: on AMX tiles, and on AMD's
 // avx512_bf16 (Zen 4 and 5); not on Intel's avx512_bf16 without AMX.
 bool bf16_outruns_f32();
+// Whether this machine's oneDNN multiplies u8 by s8 exactly (VNNI or AMX-int8).
+bool has_int8_dot();
+// What precision `p` lacks on this CPU, or "" where it runs: bf16 needs AVX-512 (oneDNN 2.6 has
+// no bf16 kernels below avx512_core; it emulates bf16 arithmetic there), int8 an exact int8 dot
+// product (has_int8_dot: VNNI or AMX). Under ONEDNN_MAX_CPU_ISA the capped CPU's answer.
+std::string precision_lacks(Precision p);
+// The precisions that run here, for hints: "f32", "f32 or bf16", "f32, bf16 or int8".
+std::string precisions_that_run();
+// Throws kUnsupported naming the precision, what the CPU lacks and what runs instead.
+void require_precision(Precision p);
 // The arithmetic of the ops that are not int8 in `p` (Backend::float_precision): p itself in f32
 // and bf16; in int8 bf16 where bf16_outruns_f32(), else f32.
 Precision float_arithmetic(Precision p);

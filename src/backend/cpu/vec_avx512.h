@@ -10,25 +10,19 @@
 #include <cstdint>
 #include <limits>
 
+#include "core/cpu_features.h"
+
 namespace bev::cpu::avx512 {
 
-// What this CPU runs, asked once: the row kernels, DCNv2's sampling, the direct 1x1 and the max
-// pool dispatch on these (MSDA has its own ISA choice, msda_isa_supported).
-// __builtin_cpu_init first: a caller may run during static initialization, before libgcc's own.
-inline bool has_f() {
-  static const bool v = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f") != 0);
-  return v;
-}
+// What this CPU runs now (core/cpu_features.h: the CPU's flags under ONEDNN_MAX_CPU_ISA and a
+// test's cap), asked at each call: the row kernels, DCNv2's sampling, the direct 1x1 and the max
+// pool dispatch on these (MSDA has its own ISA choice, msda_isa_supported). AVX-512 means F, BW,
+// VL and DQ together (oneDNN's avx512_core): every AVX-512 CPU since Skylake-SP has all four.
+inline bool has_f() { return cpu_features::has(cpu_features::Isa::kAvx512); }
 // BW with VL: 16-bit lanes (bf16, u8 codes) and the masked 256/128-bit forms.
-inline bool has_bw() {
-  static const bool v = has_f() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  return v;
-}
+inline bool has_bw() { return has_f(); }
 // AVX512-BF16: the CPU rounds f32 to bf16 itself (vcvtne2ps2bf16).
-inline bool has_bf16() {
-  static const bool v = has_bw() && __builtin_cpu_supports("avx512bf16");
-  return v;
-}
+inline bool has_bf16() { return cpu_features::has(cpu_features::Isa::kAvx512Bf16); }
 
 inline __mmask16 tail_mask(int64_t left) { return static_cast<__mmask16>((1u << left) - 1u); }
 // The first `count` of 16 lanes, any count: none at or below 0, all at 16 or more.
