@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <tuple>
 #include <span>
 #include <vector>
 
 #include "backend/cpu/onednn.h"
+#include "backend/cpu/row_gemm.h"
 
 namespace bev::cpu {
 namespace {
@@ -72,6 +74,9 @@ struct Linear::State {
   Precision precision = Precision::kF32;
   dnnl::memory bias;  // f32 [1, out]; empty without bias
   PackedWeights weights;  // the first layout made at construction, for a representative M
+  // f32 where oneDNN's matmul would make a row depend on M (row_gemm_needed): every run goes
+  // here instead, and the oneDNN members above stay empty.
+  std::optional<RowGemm> row_gemm;
   struct Plan : MatmulPlan {
     dnnl::memory weights;
     // Chunked runs (run_chunks, RowRunner): per pool participant, handles for its chunk's x and
@@ -171,8 +176,12 @@ Linear::Linear(const Tensor& weight, const Tensor* bias, bool relu, Precision pr
     s.bias = dnnl::memory({{1, s.out}, dt::f32, tag::ab}, engine());
     std::memcpy(s.bias.get_data_handle(), b.raw_data(), b.nbytes());
   }
-  // PyTorch's [out, in] row-major is the [in, out] matrix oneDNN wants, stored column-major (ba).
   const Tensor w = weight.contiguous();
+  if (precision != Precision::kBF16 && row_gemm_needed()) {
+    s.row_gemm.emplace(w.data<float>(), s.out, s.in, bias ? bias->contiguous().data<float>() : nullptr, relu);
+    return;
+  }
+  // PyTorch's [out, in] row-major is the [in, out] matrix oneDNN wants, stored column-major (ba).
   dnnl::memory user = wrap(w, dnnl::memory::desc({s.in, s.out}, dt::f32, tag::ba));
   const auto pd = s.make_pd(256);  // representative M; other M almost always share the layout
   s.weights = PackedWeights(reordered(user, pd.weights_desc()));
@@ -187,6 +196,7 @@ int64_t Linear::out_features() const { return state_->out; }
 
 std::string Linear::impl_name(int64_t m) const {
   if (m < 1) invalid("cpu::Linear", "row count " + std::to_string(m), "M >= 1");
+  if (state_->row_gemm) return RowGemm::impl_name();
   std::lock_guard<std::mutex> lock(state_->mu);
   return cpu::impl_name(state_->plan_for(m, false, false).pd);
 }
@@ -218,6 +228,7 @@ void Linear::run(const Tensor& x, Tensor& y, ThreadPool* pool) const {
     invalid(op, "output is " + y.describe() + " for input " + x.describe(), dtype_name(y.dtype()) + shape_str(out_shape));
   if (overlaps(x, y)) invalid(op, "output " + y.describe() + " overlaps input " + x.describe(), "disjoint tensors");
 
+  if (s.row_gemm) return s.row_gemm->run(x.data<float>(), m, y.data<float>(), pool);  // f32 only: no lock needed
   std::lock_guard<std::mutex> lock(s.mu);
   if (bf16 && !bf16_in && pool != nullptr && pool->size() > 1 && m >= kChunkMinRows) {
     const int64_t row_bytes = s.in * 6 + s.out * (bf16_out ? 2 : 4);
@@ -272,6 +283,7 @@ Linear::RowRunner::RowRunner(const Linear& linear, bool bf16_in, int64_t chunk_r
     invalid("cpu::Linear", "bf16 rows for a linear in " + std::string(precision_name(s_.precision)), "f32 rows");
   for (int i = 0; i < 2; ++i) {
     if (rows_[i] < 1) invalid("cpu::Linear", "chunk of " + std::to_string(rows_[i]) + " rows", "at least one row");
+    if (s_.row_gemm) continue;  // any row count, no plans
     State::Plan& p = s_.plan_for(rows_[i], bf16_in, bf16_out);
     p.add_lanes(lanes);
     plans_[i] = &p;
@@ -281,6 +293,7 @@ Linear::RowRunner::RowRunner(const Linear& linear, bool bf16_in, int64_t chunk_r
 void Linear::RowRunner::run(const void* x, int64_t rows, void* y, int lane) const {
   const int i = rows == rows_[0] ? 0 : rows == rows_[1] ? 1 : -1;
   if (i < 0) throw Error(ErrorKind::kInternal, "chunk of " + std::to_string(rows) + " rows was not announced").where("cpu::Linear");
+  if (s_.row_gemm) return s_.row_gemm->run_rows(static_cast<const float*>(x), rows, static_cast<float*>(y));
   State::Plan& p = *static_cast<State::Plan*>(plans_[i]);
   s_.run_lane(p, p.lanes.at(static_cast<size_t>(lane)), x, y);
 }

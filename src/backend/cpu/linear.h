@@ -9,6 +9,10 @@
 // (base's BEV maps) runs on chunks instead, each thread converting and multiplying its own rows
 // in its cache (run_chunks); the tests find the bits of one call.
 //
+// Below AVX-512 (row_gemm_needed) an f32 Linear runs on cpu::RowGemm instead of oneDNN: there
+// oneDNN's matmul is gemm:jit, whose rows depend on M, and a batch of vehicles must give each
+// vehicle its own bits (row_gemm.h).
+//
 // batched_matmul: y[b] = scale * a[b] @ (transpose_b ? b[b]^T : b[b]), for attention scores and
 // attention-weighted values. Primitives are cached per shape in a small process-wide table.
 //

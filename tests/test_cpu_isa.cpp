@@ -1,0 +1,142 @@
+// The CPU's instruction sets as the kernels see them (core/cpu_features.h): a cap lowers what
+// they choose and never raises it, no kernel chooses an instruction set above the cap, and each
+// dispatch choice this machine allows gives a plain reference's results (RowGemm: the same bits
+// at every level, since each level runs one FMA chain per element in the same order).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/direct1x1.h"
+#include "backend/cpu/msda.h"
+#include "backend/cpu/onednn.h"
+#include "backend/cpu/row_gemm.h"
+#include "backend/cpu/vec_avx512.h"
+#include "core/cpu_features.h"
+#include "kernel_test_util.h"
+
+namespace bev::cpu {
+namespace {
+
+using cpu_features::Isa;
+using kernel_test::random_tensor;
+
+std::vector<Isa> levels_here() {
+  std::vector<Isa> v;
+  for (Isa i : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16, Isa::kAmx})
+    if (cpu_features::has(i)) v.push_back(i);
+  return v;
+}
+
+TEST(CpuIsa, ACapLowersWhatKernelsChooseAndNeverRaisesIt) {
+  const Isa top = cpu_features::max_isa();
+  EXPECT_LE(top, cpu_features::cpu_isa());
+  EXPECT_LE(top, cpu_features::env_cap());
+  std::printf("[ isa      ] cpu %s, ONEDNN_MAX_CPU_ISA '%s', kernels up to %s\n", cpu_features::isa_name(cpu_features::cpu_isa()),
+              cpu_features::env_cap_text().c_str(), cpu_features::isa_name(top));
+  for (Isa cap : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
+    const cpu_features::ScopedIsaCap scoped(cap);
+    const Isa now = cpu_features::max_isa();
+    EXPECT_EQ(now, std::min(cap, top));
+    {
+      const cpu_features::ScopedIsaCap higher(Isa::kAmx);  // nested: cannot raise
+      EXPECT_EQ(cpu_features::max_isa(), now);
+    }
+    // What each hand-written kernel would choose under this cap.
+    EXPECT_EQ(avx512::has_f(), now >= Isa::kAvx512);
+    EXPECT_EQ(avx512::has_bw(), now >= Isa::kAvx512);
+    EXPECT_EQ(avx512::has_bf16(), now >= Isa::kAvx512Bf16);
+    EXPECT_EQ(msda_isa_supported(MsdaIsa::kAvx512), now >= Isa::kAvx512);
+    EXPECT_EQ(msda_isa_supported(MsdaIsa::kAvx2), now >= Isa::kAvx2);
+    EXPECT_EQ(msda_best_isa(), now >= Isa::kAvx512 ? MsdaIsa::kAvx512 : now >= Isa::kAvx2 ? MsdaIsa::kAvx2 : MsdaIsa::kScalar);
+    if (now < Isa::kAmx) {
+      EXPECT_FALSE(isa_has_amx());
+    }
+    Conv2dAttrs a;
+    EXPECT_EQ(Direct1x1::supports(a, 64, 64, 1, 1, Precision::kF32), now >= Isa::kAvx512);
+    EXPECT_EQ(row_gemm_needed(), now < Isa::kAvx512);
+    EXPECT_STREQ(RowGemm::impl_name(), now >= Isa::kAvx2 ? "row_gemm:avx2" : "row_gemm:scalar");
+    if (now < Isa::kAvx512) {
+      EXPECT_NE(cpu_features::lacking(Isa::kAvx512), "");
+    }
+  }
+  EXPECT_EQ(cpu_features::max_isa(), top);  // the caps are gone with their scopes
+}
+
+TEST(CpuIsa, PrecisionsAreRefusedNamingWhatTheCpuLacks) {
+  EXPECT_EQ(precision_lacks(Precision::kF32), "");
+  EXPECT_EQ(precision_lacks(Precision::kBF16).empty(), cpu_features::has(Isa::kAvx512));
+  EXPECT_EQ(precision_lacks(Precision::kInt8).empty(), has_int8_dot());
+  const std::string runs = precisions_that_run();
+  EXPECT_EQ(runs.find("bf16") != std::string::npos, precision_lacks(Precision::kBF16).empty()) << runs;
+  for (Precision p : {Precision::kBF16, Precision::kInt8}) {
+    if (precision_lacks(p).empty()) {
+      EXPECT_NO_THROW(require_precision(p));
+      continue;
+    }
+    try {
+      require_precision(p);
+      ADD_FAILURE() << precision_name(p) << " was not refused";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+      EXPECT_NE(what.find(precision_name(p)), std::string::npos) << what;
+      EXPECT_NE(what.find("lacks"), std::string::npos) << what;
+      // The hint names only what runs here.
+      const std::string hint = what.substr(what.find("Hint:"));
+      EXPECT_EQ(hint.find(precision_name(p)), std::string::npos) << what;
+      EXPECT_NE(hint.find("f32"), std::string::npos) << what;
+    }
+  }
+}
+
+// RowGemm at every level this machine allows against a double reference, awkward sizes (rows
+// not a multiple of 6, columns not of 16, K of 1), and the same bits at every level.
+TEST(RowGemm, EveryLevelMatchesTheReferenceWithTheSameBits) {
+  struct S {
+    int64_t rows, k, out;
+    bool relu, bias;
+  };
+  for (const S s : {S{1, 1, 1, false, true}, S{7, 33, 17, true, true}, S{13, 256, 40, false, false},
+                    S{97, 64, 16, true, true}, S{200, 5, 129, false, true}}) {
+    const Tensor w = random_tensor({s.out, s.k}, 3, -0.5f, 0.5f), b = random_tensor({s.out}, 4);
+    const Tensor x = random_tensor({s.rows, s.k}, 5);
+    // Poison one product with NaN: it must stay in its own element (and survive the ReLU).
+    Tensor xn = Tensor::empty(x.shape(), DType::kF32);  // a copy: contiguous() would share x's storage
+    std::memcpy(xn.raw_data(), x.raw_data(), x.nbytes());
+    xn.data<float>()[0] = std::nanf("");
+    std::vector<Tensor> got;
+    for (Isa level : levels_here()) {
+      if (level > Isa::kAvx2) continue;  // RowGemm's choices: scalar, AVX2
+      const cpu_features::ScopedIsaCap cap(level);
+      const RowGemm g(w.data<float>(), s.out, s.k, s.bias ? b.data<float>() : nullptr, s.relu);
+      Tensor y = Tensor::empty({s.rows, s.out}, DType::kF32);
+      ThreadPool pool(2);
+      g.run(x.data<float>(), s.rows, y.data<float>(), &pool);
+      for (int64_t i = 0; i < s.rows; ++i)
+        for (int64_t j = 0; j < s.out; ++j) {
+          double acc = 0, mag = 0;
+          for (int64_t t = 0; t < s.k; ++t) {
+            acc += double(x.data<float>()[i * s.k + t]) * w.data<float>()[j * s.k + t];
+            mag += std::fabs(double(x.data<float>()[i * s.k + t]) * w.data<float>()[j * s.k + t]);
+          }
+          if (s.bias) acc += b.data<float>()[j], mag += std::fabs(b.data<float>()[j]);
+          if (s.relu) acc = std::max(acc, 0.0);
+          EXPECT_LE(std::fabs(y.data<float>()[i * s.out + j] - acc), (s.k + 2) * std::ldexp(1.0, -24) * std::max(mag, 1e-30))
+              << cpu_features::isa_name(level) << " " << i << "," << j;
+        }
+      Tensor yn = Tensor::empty({s.rows, s.out}, DType::kF32);
+      g.run_rows(xn.data<float>(), s.rows, yn.data<float>());
+      for (int64_t j = 0; j < s.out; ++j) EXPECT_TRUE(std::isnan(yn.data<float>()[j])) << j;
+      for (int64_t i = 1; i < s.rows; ++i)
+        for (int64_t j = 0; j < s.out; ++j) EXPECT_FALSE(std::isnan(yn.data<float>()[i * s.out + j]));
+      got.push_back(y);
+    }
+    for (size_t l = 1; l < got.size(); ++l)
+      EXPECT_EQ(0, std::memcmp(got[0].raw_data(), got[l].raw_data(), got[0].nbytes())) << "level " << l << " of " << s.rows;
+  }
+}
+
+}  // namespace
+}  // namespace bev::cpu
