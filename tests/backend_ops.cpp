@@ -2,8 +2,8 @@
 // test-backend-ops), or timed on one backend.
 //
 //   test_backend_ops [--backend NAME] [--reference cpu] [--shapes awkward,tiny,base]
-//                    [--op NAME[,NAME]] [--precision f32|bf16] [--threads N] [--exact]
-//                    [--perf [--repeats N]] [--list]
+//                    [--op NAME[,NAME]] [--precision f32|bf16] [--threads N]
+//                    [--reference-threads N] [--exact] [--perf [--repeats N]] [--list]
 //
 // Correctness (default): each case (backend_ops.h) runs on both backends from the same host
 // inputs and weights; the outputs are read back with Backend::read and compared. Tolerances:
@@ -13,6 +13,9 @@
 //                                     keep the lower index first, cpu/select.h), so a backend
 //                                     that orders ties otherwise is wrong, not just different
 //   --exact                           identical bytes (a backend that runs the CPU's kernels)
+// --reference-threads N runs the reference on N threads (default: --threads): with --backend cpu
+// --reference cpu --exact, every op's bits must not depend on the thread count (ctest
+// backend_ops_threads, and under ONEDNN_MAX_CPU_ISA=AVX2 in scripts/test.sh).
 // Non-finite values must match in place and kind on both sides (NaN where NaN, +inf where +inf).
 // Exit 0 when every case passes, 1 when one fails (or an op lacks awkward or tiny cases), 2 on a
 // usage error (an unknown backend prints the registry's message).
@@ -62,6 +65,7 @@ struct Options {
   std::set<OpKind> ops;  // empty: all
   Precision precision = Precision::kF32;
   int threads = 0;
+  std::optional<int> reference_threads;  // default: threads
   bool exact = false, perf = false, list = false;
   int repeats = 5;
   std::optional<OpKind> inject;  // hidden: corrupt one output byte of this op on the target
@@ -129,6 +133,8 @@ Options parse(int argc, char** argv) {
       o.precision = p == "f32" ? Precision::kF32 : Precision::kBF16;
     } else if (a == "--threads") {
       o.threads = parse_int(a, value(), 0);
+    } else if (a == "--reference-threads") {
+      o.reference_threads = parse_int(a, value(), 0);
     } else if (a == "--repeats") {
       o.repeats = parse_int(a, value(), 1);
     } else if (a == "--inject-error") {
@@ -255,7 +261,7 @@ bool matmul_class(OpKind k) {
 int check_cases(const Options& o, const std::vector<OpCase>& cases) {
   const BackendOptions bo{o.threads, o.precision, 0};
   const auto target = make_backend(o.backend, bo);
-  const auto reference = make_backend(o.reference, bo);
+  const auto reference = make_backend(o.reference, {o.reference_threads.value_or(o.threads), o.precision, 0});
   std::printf("backend %s against %s, %s precision, %s\n", target->info().summary().c_str(), o.reference.c_str(),
               precision_name(o.precision),
               o.exact ? "identical bytes required (--exact)"

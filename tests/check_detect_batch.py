@@ -7,7 +7,7 @@ Standard library only.
 Eight frames of the micro golden set on three streams (vehicles): one on the golden rig, one on
 another rig (longer focal lengths, so other SCA lists) that starts later, one whose scene changes
 inside the run; their image paths relative to the frame files' folders, which differ. Checked:
-  - --batch 3 and --batch 2 write the same detections document (frames in the order given) and
+  - --batch 4, 3 and 2 write the same detections document (frames in the order given) and
     the same results_nusc.json as --batch 1, byte for byte / sample for sample;
   - the batched run says how many batches it ran; --batch with --render, and --batch 0, are
     refused before the model loads (exit 2)."""

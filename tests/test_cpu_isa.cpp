@@ -92,14 +92,16 @@ TEST(CpuIsa, PrecisionsAreRefusedNamingWhatTheCpuLacks) {
 }
 
 // RowGemm at every level this machine allows against a double reference, awkward sizes (rows
-// not a multiple of 6, columns not of 16, K of 1), and the same bits at every level.
+// not a multiple of 6, columns not of 16, K of 1 and K past its 256-deep blocks), and the same
+// bits at every level.
 TEST(RowGemm, EveryLevelMatchesTheReferenceWithTheSameBits) {
   struct S {
     int64_t rows, k, out;
     bool relu, bias;
   };
   for (const S s : {S{1, 1, 1, false, true}, S{7, 33, 17, true, true}, S{13, 256, 40, false, false},
-                    S{97, 64, 16, true, true}, S{200, 5, 129, false, true}}) {
+                    S{97, 64, 16, true, true}, S{200, 5, 129, false, true},
+                    S{9, 600, 33, true, true}}) {  // K over two blocks and a part
     const Tensor w = random_tensor({s.out, s.k}, 3, -0.5f, 0.5f), b = random_tensor({s.out}, 4);
     const Tensor x = random_tensor({s.rows, s.k}, 5);
     // Poison one product with NaN: it must stay in its own element (and survive the ReLU).

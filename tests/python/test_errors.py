@@ -129,3 +129,31 @@ def test_a_fresh_model_has_nothing_to_replay():
             m.runner.replay("bev")
         assert "second frame" in info.value.hint
         m.runner.replay("bev_first")
+
+
+def test_a_precision_this_cpu_lacks_is_refused_naming_what_it_lacks():
+    # In a child process capped to AVX2 (ONEDNN_MAX_CPU_ISA caps oneDNN and every kernel, and is
+    # read once per process): bf16 needs AVX-512 there, as on a Zen 3. Refused at load, with the
+    # unsupported kind, what the CPU lacks and only what runs instead; f32 loads.
+    import subprocess
+    import sys
+    code = f"""
+import bevformer
+cfg = {os.path.join(MICRO, "config.json")!r}
+try:
+    bevformer.BEVFormer.from_pretrained(cfg, precision="bf16")
+    print("loaded")
+except bevformer.UnsupportedError as e:
+    assert isinstance(e, NotImplementedError), type(e).__mro__
+    print("refused:", e)
+bevformer.BEVFormer.from_pretrained(cfg, precision="f32").close()
+print("f32 ok")
+"""
+    env = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "refused: " in r.stdout, r.stdout
+    message = r.stdout.split("refused: ", 1)[1]
+    assert "bf16" in message and "lacks AVX-512" in message, message
+    assert "--precision f32 runs here" in message, message
+    assert "f32 ok" in r.stdout, r.stdout

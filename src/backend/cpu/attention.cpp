@@ -216,7 +216,10 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, flo
     return attention_amx(q, k, v, heads, scale, y, pool);
   }
   const Key key{q_len, k.size(1), c, heads, arithmetic, scale};
-  Plan* plan = &plans().get(key, [&] { return make_plan(key); });
+  Plan* plan = &plans().get(key, [&] {
+    const OneThreadTeam one;  // its products run one per participant: made for one thread
+    return make_plan(key);
+  });
   std::lock_guard<std::mutex> lock(plan->mu);
   const int threads = pool == nullptr ? 1 : pool->size();
   while (static_cast<int>(plan->lanes.size()) < threads) plan->lanes.push_back(make_lane(key, *plan));
@@ -285,6 +288,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, flo
     execute_reorder(plan->v_reorder, st, plan->v_plain, plan->v_packed);
     st.wait();
     if (threads == 1 || nblocks == 1) {
+      const OneThreadTeam one;  // as a participant runs them
       blocks(b, 0, nblocks, 0);
     } else {
       pool->parallel_for_indexed(nblocks, 1, [&](int64_t b0, int64_t b1, int lane) { blocks(b, b0, b1, lane); });

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <span>
 #include <type_traits>
@@ -19,6 +20,7 @@
 
 #include "backend/cpu/kernel_check.h"
 #include "backend/cpu/onednn.h"
+#include "backend/cpu/row_gemm.h"
 #include "backend/cpu/vec_avx512.h"
 #include "core/half.h"
 
@@ -339,6 +341,9 @@ struct DeformConv2d::Impl {
   bool relu = false;
   Tensor weight_kc;  // [kh*kw*Cin, Cout], f32 or bf16
   Tensor bias_1c;    // [1, Cout] or undefined
+  // f32 where oneDNN's matmul would make a pixel's sums depend on the tile height and threads
+  // (below AVX-512: row_gemm_needed), which follow the batch: the columns' product runs here.
+  std::optional<RowGemm> row_gemm;
 
   // Mutable state of run(), guarded by mu: the column tile and one matmul per tile height
   // (a run has at most two: full tiles and the last one), each with its argument memories,
@@ -435,6 +440,16 @@ DeformConv2d::DeformConv2d(const Tensor& weight_oihw, const Tensor* bias, int st
     }
     s.bias_1c = bias->contiguous().clone().reshape({1, s.cout});
   }
+  if (!s.bf16 && row_gemm_needed()) {
+    // RowGemm reads PyTorch's [out, in]: the column order (tap, Cin) per output channel.
+    const int64_t k = taps * s.cin;
+    Tensor w_ok = Tensor::empty({s.cout, k}, DType::kF32);
+    const float* kc = s.weight_kc.data<float>();
+    float* ok = w_ok.data<float>();
+    for (int64_t r = 0; r < k; ++r)
+      for (int64_t co = 0; co < s.cout; ++co) ok[co * k + r] = kc[r * s.cout + co];
+    s.row_gemm.emplace(ok, s.cout, k, s.bias_1c.defined() ? s.bias_1c.data<float>() : nullptr, s.relu);
+  }
 }
 
 DeformConv2d::~DeformConv2d() = default;
@@ -529,6 +544,10 @@ void DeformConv2d::run(const Tensor& x, const Tensor& offset_mask, Tensor& y, Th
       if (padded) {
         std::memset(static_cast<char*>(col) + m * row_len * dtype_size(col_dtype), 0,
                     static_cast<size_t>((last_padded - m) * row_len) * dtype_size(col_dtype));
+      }
+      if (s.row_gemm) {  // f32: each pixel's row alone, whatever the tile height
+        s.row_gemm->run(static_cast<const float*>(col), m, reinterpret_cast<float*>(yp + static_cast<size_t>(p0 * s.cout) * y_es), &pool);
+        continue;
       }
       const Impl::Matmul& mm = s.matmul_for(padded ? last_padded : m, bf16_out);
       bind(mm.src, col);

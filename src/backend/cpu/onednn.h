@@ -37,6 +37,22 @@ dnnl::stream& stream();
 void set_num_threads(int threads);
 int num_threads();
 
+// While it lives, oneDNN calls from this thread make and run primitives on one thread (OpenMP's
+// team size is a per-thread setting), as inside a pool participant. For products that run one per
+// participant: oneDNN fixes a primitive's work split when it is made, and below AVX-512 its
+// gemm:jit splits K over the team, so a product made on the caller's team had sums that followed
+// --threads (the decoder's attention, made once per process).
+class OneThreadTeam {
+ public:
+  OneThreadTeam() : team_(num_threads()) { set_num_threads(1); }
+  ~OneThreadTeam() { set_num_threads(team_); }
+  OneThreadTeam(const OneThreadTeam&) = delete;
+  OneThreadTeam& operator=(const OneThreadTeam&) = delete;
+
+ private:
+  int team_;
+};
+
 // Name of the ISA oneDNN dispatches to on this machine, e.g. "avx512_core_bf16" (for reports).
 std::string isa_name();
 // Whether oneDNN runs on AMX tiles here (bf16 and int8): some fusions that pay on AVX-512 do not.

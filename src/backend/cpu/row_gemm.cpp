@@ -14,18 +14,35 @@ namespace {
 
 constexpr int kCols = 16;  // a panel: two ymm of output columns
 constexpr int kRows = 6;   // a tile: 6 x 2 accumulators + 2 panel loads + 1 broadcast = 15 ymm
-// Rows per chunk: their x rows (K = 256: 1 KiB each) stay in L2 while every panel passes.
+// K is taken in blocks of kDepth: a panel's block (16 KiB) stays in L1 while the tiles of a chunk
+// pass over it, and a chunk's x rows of the block (96 KiB) in L2. Between blocks a tile's sums go
+// to y as they are (f32, exact) and come back for the next block, so every element is still one
+// FMA chain in k order: the bits do not depend on kDepth. DCNv2's K of 2304-4608 needs this.
+constexpr int64_t kDepth = 256;
 constexpr int64_t kChunkRows = 96;
 
-// One tile of R rows: y[r][0..cols) = relu?(sum_k x[r][k] w[k][col] + bias[col]), every element
-// one FMA chain in k order from 0, the bias added once at the end (as oneDNN's matmul adds it).
+// One tile of R rows over k in [k0, k1): y[r][0..cols) continues each element's FMA chain (from 0
+// when `first`, else from the sums y holds), and when `last` adds the bias and applies the ReLU.
 template <int R>
-__attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int64_t ldx, const float* panel, int64_t k,
-                                                    const float* bias, bool relu, float* y, int64_t ldy, int cols) {
+__attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int64_t ldx, const float* panel, int64_t k0,
+                                                    int64_t k1, bool first, bool last, const float* bias, bool relu,
+                                                    float* y, int64_t ldy, int cols) {
+  alignas(32) float buf[kCols];
   __m256 acc[R][2];
 #pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  for (int64_t t = 0; t < k; ++t) {
+  for (int r = 0; r < R; ++r) {
+    if (first) {
+      acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    } else if (cols == kCols) {
+      acc[r][0] = _mm256_loadu_ps(y + r * ldy);
+      acc[r][1] = _mm256_loadu_ps(y + r * ldy + 8);
+    } else {
+      std::memcpy(buf, y + r * ldy, sizeof(float) * static_cast<size_t>(cols));
+      acc[r][0] = _mm256_load_ps(buf);
+      acc[r][1] = _mm256_load_ps(buf + 8);
+    }
+  }
+  for (int64_t t = k0; t < k1; ++t) {
     const __m256 b0 = _mm256_load_ps(panel + t * kCols), b1 = _mm256_load_ps(panel + t * kCols + 8);
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
@@ -35,44 +52,50 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int64_t ldx, 
     }
   }
   const __m256 bias0 = _mm256_load_ps(bias), bias1 = _mm256_load_ps(bias + 8), zero = _mm256_setzero_ps();
-  alignas(32) float tail[kCols];
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
-    __m256 v0 = _mm256_add_ps(acc[r][0], bias0), v1 = _mm256_add_ps(acc[r][1], bias1);
-    if (relu) {  // max(0, v) keeps a NaN (the second operand is returned when either is NaN)
-      v0 = _mm256_max_ps(zero, v0);
-      v1 = _mm256_max_ps(zero, v1);
+    __m256 v0 = acc[r][0], v1 = acc[r][1];
+    if (last) {
+      v0 = _mm256_add_ps(v0, bias0);
+      v1 = _mm256_add_ps(v1, bias1);
+      if (relu) {  // max(0, v) keeps a NaN (the second operand is returned when either is NaN)
+        v0 = _mm256_max_ps(zero, v0);
+        v1 = _mm256_max_ps(zero, v1);
+      }
     }
     float* out = y + r * ldy;
     if (cols == kCols) {
       _mm256_storeu_ps(out, v0);
       _mm256_storeu_ps(out + 8, v1);
     } else {
-      _mm256_store_ps(tail, v0);
-      _mm256_store_ps(tail + 8, v1);
-      std::memcpy(out, tail, sizeof(float) * static_cast<size_t>(cols));
+      _mm256_store_ps(buf, v0);
+      _mm256_store_ps(buf + 8, v1);
+      std::memcpy(out, buf, sizeof(float) * static_cast<size_t>(cols));
     }
   }
 }
 
 // The same order without vectors, where the CPU has no AVX2 + FMA: std::fma per step, so the
 // bits are those of the AVX2 tile (both round each product-sum once).
-void tile_scalar(const float* x, int64_t ldx, int rows, const float* panel, int64_t k, const float* bias, bool relu,
-                 float* y, int64_t ldy, int cols) {
+void tile_scalar(const float* x, int64_t ldx, int rows, const float* panel, int64_t k0, int64_t k1, bool first,
+                 bool last, const float* bias, bool relu, float* y, int64_t ldy, int cols) {
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) {
-      float acc = 0.0f;
-      for (int64_t t = 0; t < k; ++t) acc = std::fma(x[r * ldx + t], panel[t * kCols + c], acc);
-      float v = acc + bias[c];
-      if (relu) v = v > 0.0f || v != v ? v : 0.0f;
-      y[r * ldy + c] = v;
+      float acc = first ? 0.0f : y[r * ldy + c];
+      for (int64_t t = k0; t < k1; ++t) acc = std::fma(x[r * ldx + t], panel[t * kCols + c], acc);
+      if (last) {
+        acc += bias[c];
+        if (relu) acc = acc > 0.0f || acc != acc ? acc : 0.0f;
+      }
+      y[r * ldy + c] = acc;
     }
   }
 }
 
-using Tile = void (*)(const float*, int64_t, const float*, int64_t, const float*, bool, float*, int64_t, int);
-constexpr Tile kTiles[kRows + 1] = {nullptr,           tile_avx2<1>, tile_avx2<2>, tile_avx2<3>,
-                                    tile_avx2<4>,      tile_avx2<5>, tile_avx2<6>};
+using Tile = void (*)(const float*, int64_t, const float*, int64_t, int64_t, bool, bool, const float*, bool, float*,
+                      int64_t, int);
+constexpr Tile kTiles[kRows + 1] = {nullptr,      tile_avx2<1>, tile_avx2<2>, tile_avx2<3>,
+                                    tile_avx2<4>, tile_avx2<5>, tile_avx2<6>};
 
 }  // namespace
 
@@ -109,17 +132,21 @@ void RowGemm::run_rows(const float* x, int64_t rows, float* y) const {
   const bool avx2 = cpu_features::has(cpu_features::Isa::kAvx2);
   for (int64_t r0 = 0; r0 < rows; r0 += kChunkRows) {
     const int64_t r1 = std::min(rows, r0 + kChunkRows);
-    for (int64_t p = 0; p < panels_; ++p) {
-      const float* panel = packed + p * in_ * kCols;
-      const int cols = static_cast<int>(std::min<int64_t>(kCols, out_ - p * kCols));
-      for (int64_t r = r0; r < r1; r += kRows) {
-        const int n = static_cast<int>(std::min<int64_t>(kRows, r1 - r));
-        const float* xr = x + r * in_;
-        float* yr = y + r * out_ + p * kCols;
-        if (avx2) {
-          kTiles[n](xr, in_, panel, in_, bias + p * kCols, relu_, yr, out_, cols);
-        } else {
-          tile_scalar(xr, in_, n, panel, in_, bias + p * kCols, relu_, yr, out_, cols);
+    for (int64_t k0 = 0; k0 < in_; k0 += kDepth) {
+      const int64_t k1 = std::min(in_, k0 + kDepth);
+      const bool first = k0 == 0, last = k1 == in_;
+      for (int64_t p = 0; p < panels_; ++p) {
+        const float* panel = packed + p * in_ * kCols;
+        const int cols = static_cast<int>(std::min<int64_t>(kCols, out_ - p * kCols));
+        for (int64_t r = r0; r < r1; r += kRows) {
+          const int n = static_cast<int>(std::min<int64_t>(kRows, r1 - r));
+          const float* xr = x + r * in_;
+          float* yr = y + r * out_ + p * kCols;
+          if (avx2) {
+            kTiles[n](xr, in_, panel, k0, k1, first, last, bias + p * kCols, relu_, yr, out_, cols);
+          } else {
+            tile_scalar(xr, in_, n, panel, k0, k1, first, last, bias + p * kCols, relu_, yr, out_, cols);
+          }
         }
       }
     }

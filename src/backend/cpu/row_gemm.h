@@ -11,8 +11,9 @@
 // How: W packed once into panels of 16 output columns, each [K][16] contiguous (the last panel
 // padded with zeros). A 6 x 16 register tile runs one FMA chain per output element over k in
 // order from 0, adds the bias, applies the ReLU: the element's bits depend on its own row of x and
-// column of W only. Rows are taken in chunks that keep their x rows in L2 while every panel
-// passes over them. AVX2 + FMA; a scalar loop of the same per-element order where the CPU (or
+// column of W only. Rows are taken in chunks, and K in blocks, that keep a chunk's x rows in L2
+// and a panel's block in L1 while every panel passes over them (between K blocks the sums wait in
+// y as f32: the same chain). AVX2 + FMA; a scalar loop of the same per-element order where the CPU (or
 // ONEDNN_MAX_CPU_ISA, core/cpu_features.h) has neither.
 #pragma once
 
