@@ -37,7 +37,7 @@ step "tests (release, as an AVX2-only CPU runs them: ONEDNN_MAX_CPU_ISA=AVX2)"
 # stream alone (RowGemm), each dispatch level against its reference, bf16 refused clearly. On
 # an AVX2 machine the run above already was this; about 35 s.
 ONEDNN_MAX_CPU_ISA=AVX2 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600 \
-  -R 'BatchGolden|Linear|RowGemm|CpuIsa|Conv2dBatch|DeformConv2d|CpuAttention|cli_detect_batch|ForeignBackend.GoldenMicro|BevFormerPipeline|PlanAllocations|Server.BatchedFramesEqualTheLibrary|OipServer.BatchedSequencesEqualTheLibrary|ModelApi.DetectBatch|compare_reference_micro|cli_threads_invariant' \
+  -R 'BatchGolden|Linear|RowGemm|CpuIsa|Conv2dBatch|DeformConv2d|CpuAttention|cli_detect_batch|ForeignBackend.GoldenMicro|BevFormerPipeline|PlanAllocations|Server.BatchedFramesEqualTheLibrary|OipServer.BatchedSequencesEqualTheLibrary|ModelApi.DetectBatch|compare_reference_micro|cli_threads_invariant|backend_ops_threads' \
   | tee build/ctest-avx2-output.log
 
 # One clang tree serves the sanitizer tests and the fuzz targets: every library built once with

@@ -9,11 +9,13 @@
 #include <vector>
 
 #include "backend/cpu/direct1x1.h"
+#include "backend/cpu/elementwise.h"
 #include "backend/cpu/msda.h"
 #include "backend/cpu/onednn.h"
 #include "backend/cpu/row_gemm.h"
 #include "backend/cpu/vec_avx512.h"
 #include "core/cpu_features.h"
+#include "core/half.h"
 #include "kernel_test_util.h"
 
 namespace bev::cpu {
@@ -137,6 +139,60 @@ TEST(RowGemm, EveryLevelMatchesTheReferenceWithTheSameBits) {
     }
     for (size_t l = 1; l < got.size(); ++l)
       EXPECT_EQ(0, std::memcmp(got[0].raw_data(), got[l].raw_data(), got[0].nbytes())) << "level " << l << " of " << s.rows;
+  }
+}
+
+// The row kernels (layer norm, softmax, softmax's numerators, f32 -> bf16, the non-finite
+// count) at every level this machine allows, forced by the cap, against plain references: the
+// AVX-512 forms only where the cap allows them, the scalar forms everywhere.
+TEST(CpuIsa, EveryLevelOfTheRowKernelsMatchesItsReference) {
+  for (Isa level : levels_here()) {
+    const cpu_features::ScopedIsaCap cap(level);
+    const std::string at = cpu_features::isa_name(level);
+    for (const int64_t c : {1, 2, 4, 5, 8, 13, 16, 33, 256}) {
+      const int64_t rows = 7;
+      const Tensor x = random_tensor({rows, c}, 40 + static_cast<uint32_t>(c), -4.0f, 4.0f);
+      const Tensor g = random_tensor({c}, 41), b = random_tensor({c}, 42);
+      std::vector<float> y(static_cast<size_t>(rows * c)), sm(y.size()), num(y.size());
+      std::vector<float> sums(static_cast<size_t>(rows));
+      layer_norm_rows(x.data<float>(), nullptr, g.data<float>(), b.data<float>(), 1e-5f, y.data(), c, 0, rows);
+      softmax_rows(x.data<float>(), sm.data(), c, 0, rows);
+      std::memcpy(num.data(), x.data<float>(), x.nbytes());
+      softmax_numerators(num.data(), nullptr, sums.data(), c, 0, rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = x.data<float>() + r * c;
+        double mean = 0, var = 0, mx = -1e30, den = 0;
+        for (int64_t j = 0; j < c; ++j) mean += xr[j], mx = std::max<double>(mx, xr[j]);
+        mean /= double(c);
+        for (int64_t j = 0; j < c; ++j) var += (xr[j] - mean) * (xr[j] - mean), den += std::exp(xr[j] - mx);
+        var /= double(c);
+        EXPECT_NEAR(sums[size_t(r)], den, 1e-5 * den) << at << " c " << c;
+        for (int64_t j = 0; j < c; ++j) {
+          const size_t e = static_cast<size_t>(r * c + j);
+          const double ln = (xr[j] - mean) / std::sqrt(var + 1e-5) * g.data<float>()[j] + b.data<float>()[j];
+          EXPECT_NEAR(y[e], ln, 2e-5 * (1 + std::fabs(ln))) << at << " layer norm c " << c;
+          EXPECT_NEAR(sm[e], std::exp(xr[j] - mx) / den, 2e-6) << at << " softmax c " << c;
+          EXPECT_NEAR(num[e], std::exp(xr[j] - mx), 2e-6 * std::exp(xr[j] - mx) + 1e-30) << at << " numerators c " << c;
+        }
+      }
+    }
+    // f32 -> bf16 (round to nearest even; NaN stays NaN): the same bits as the scalar rounding.
+    Tensor f = random_tensor({1037}, 43, -3e5f, 3e5f);
+    f.data<float>()[5] = std::nanf("");
+    f.data<float>()[6] = 1.0f + std::ldexp(1.0f, -8);  // a tie
+    std::vector<uint16_t> got(1037);
+    float_to_bf16_n(f.data<float>(), got.data(), got.size());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], float_to_bf16(f.data<float>()[i])) << at << " " << i;
+    // Non-finite values counted per part, f32.
+    Tensor v = random_tensor({3, 1001}, 44);
+    for (int64_t i = 0; i < 3003; i += 97) v.data<float>()[i] = i % 2 ? INFINITY : std::nanf("");
+    Tensor n = Tensor::empty({3}, DType::kI64);
+    count_nonfinite(v, n);
+    for (int64_t part = 0; part < 3; ++part) {
+      int64_t want = 0;
+      for (int64_t i = part * 1001; i < (part + 1) * 1001; ++i) want += !std::isfinite(v.data<float>()[i]);
+      EXPECT_EQ(n.data<int64_t>()[part], want) << at << " part " << part;
+    }
   }
 }
 
