@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
 #include <cstring>
 #include <thread>
 
@@ -199,6 +203,127 @@ TEST(Streams, ConcurrentStreamsKeepTheirOwnHistory) {
     }
   }
   EXPECT_EQ(reg.stats().active, static_cast<size_t>(kStreams));
+}
+
+}  // namespace
+}  // namespace bev
+
+namespace bev {
+namespace {
+
+// A full table keeps every stream: N vehicles round after round in a table of N never evict
+// (until 2026-12-07 an existing stream's frame evicted another: N - 1 were held, and a table of
+// one answered its only client busy from the second frame).
+TEST(Streams, AFullTableKeepsEveryStream) {
+  for (const size_t n : {size_t{1}, size_t{2}, size_t{64}}) {
+    FakeClock clock;
+    StreamRegistry reg({.max_streams = n, .idle_ttl_seconds = 1e9, .max_gap_seconds = 10}, clock.fn());
+    for (int round = 0; round < 5; ++round) {
+      for (size_t v = 0; v < n; ++v) {
+        clock.now += 0.01;
+        StreamRegistry::Lease lease = reg.acquire("vehicle " + std::to_string(v));
+        EXPECT_EQ(lease.frames(), static_cast<uint64_t>(round)) << n << " streams, round " << round << ", vehicle " << v;
+        EXPECT_EQ(lease.begin_frame(100.0 + round, "scene"), "");
+        lease.history().state.has_prev_bev = true;  // as the engine leaves it
+        lease.end_frame(100.0 + round);
+      }
+    }
+    EXPECT_EQ(reg.stats().evicted_lru, 0u) << n;
+    EXPECT_EQ(reg.list().size(), n);
+  }
+}
+
+// The registry against a few-line model of its documented rules, 10^5 random steps: frames of
+// streams (scene changes, gaps, time going backwards), drops, lookups, time passing past the TTL,
+// in tables of 1 to 8 streams with twice as many ids. After every step the same streams exist,
+// with the same completed frames, and every frame keeps or drops its history as the model says;
+// a stream's first frame after an eviction says so.
+TEST(Streams, RandomStepsFollowTheDocumentedRules) {
+  std::mt19937 rng(44);
+  struct Model {
+    double last_used = 0, last_ts = 0;
+    uint64_t frames = 0;
+    std::string scene;
+  };
+  int steps = 0;
+  for (size_t cap = 1; cap <= 8; ++cap) {
+    FakeClock clock;
+    const double ttl = 5.0, gap = 2.0;
+    StreamRegistry reg({.max_streams = cap, .idle_ttl_seconds = ttl, .max_gap_seconds = gap}, clock.fn());
+    std::map<std::string, Model> model;
+    std::set<std::string> lost;  // evicted, not yet told
+    const auto expire = [&](const std::string& keep) {
+      for (auto it = model.begin(); it != model.end();) {
+        const bool gone = it->first != keep && clock.now - it->second.last_used > ttl;
+        if (gone) lost.insert(it->first);
+        it = gone ? model.erase(it) : std::next(it);
+      }
+    };
+    for (int i = 0; i < 12500; ++i, ++steps) {
+      clock.now += std::uniform_real_distribution<double>(0.0, 1.0)(rng) < 0.02 ? 6.0 : 0.1;
+      const std::string id = "s" + std::to_string(std::uniform_int_distribution<size_t>(0, 2 * cap - 1)(rng));
+      const int op = std::uniform_int_distribution<int>(0, 19)(rng);
+      const std::string what = "cap " + std::to_string(cap) + ", step " + std::to_string(i) + ", " + id;
+      if (op == 0) {
+        expire("");  // drop: a stream past its TTL is already gone
+        const bool dropped = model.erase(id) == 1;
+        EXPECT_EQ(reg.drop(id), dropped) << what;
+        if (dropped) lost.erase(id);
+      } else if (op == 1) {
+        expire("");
+        const bool want = model.count(id) == 1;
+        std::optional<StreamRegistry::Lease> l = reg.find(id);
+        ASSERT_EQ(l.has_value(), want) << what;
+        if (want) {
+          EXPECT_EQ(l->frames(), model[id].frames) << what;
+          l.reset();
+          model[id].last_used = clock.now;
+        }
+      } else {
+        // A frame: usually 0.5 s after the stream's last, sometimes a gap, backwards or a new scene.
+        expire(id);
+        if (model.count(id) == 0) {
+          while (model.size() >= cap) {  // the least recently used goes
+            auto oldest = model.begin();
+            for (auto it = model.begin(); it != model.end(); ++it)
+              if (it->second.last_used < oldest->second.last_used) oldest = it;
+            lost.insert(oldest->first);
+            model.erase(oldest);
+          }
+          model[id] = Model{};
+        }
+        const bool told = lost.erase(id) == 1;
+        Model& m = model[id];
+        const int kind = std::uniform_int_distribution<int>(0, 9)(rng);
+        const double ts = m.last_ts + (kind == 0 ? 3.0 : kind == 1 ? -0.5 : 0.5);
+        const std::string scene = kind == 2 ? "scene " + std::to_string(i) : (m.scene.empty() ? "first" : m.scene);
+        StreamRegistry::Lease lease = reg.acquire(id);
+        ASSERT_EQ(lease.frames(), m.frames) << what;
+        const bool keeps = m.frames > 0 && scene == m.scene && ts > m.last_ts && ts - m.last_ts <= gap;
+        const std::string reason = lease.begin_frame(ts, scene);
+        if (told) {  // a history the table threw away is said on the stream's next frame
+          EXPECT_EQ(reason.rfind("history evicted: ", 0), 0u) << what << ": " << reason;
+        } else {
+          EXPECT_EQ(reason.empty(), keeps || m.frames == 0) << what << ": " << reason;
+        }
+        lease.history().state.has_prev_bev = true;
+        lease.history().state.scene_token = scene;
+        lease.end_frame(ts);
+        ++m.frames;
+        m.last_ts = ts;
+        m.scene = scene;
+        m.last_used = clock.now;
+      }
+      expire("");
+      const std::vector<StreamInfo> list = reg.list();
+      ASSERT_EQ(list.size(), model.size()) << what;
+      for (const StreamInfo& s : list) {
+        ASSERT_EQ(model.count(s.id), 1u) << what << ": " << s.id << " exists, the model has it evicted";
+        EXPECT_EQ(s.frames, model[s.id].frames) << what << ": " << s.id;
+      }
+    }
+  }
+  EXPECT_EQ(steps, 100000);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "runtime/streams.h"
 
+#include <algorithm>
 #include <chrono>
+#include <deque>
 #include <cstdio>
 #include <limits>
 #include <optional>
@@ -26,6 +28,7 @@ struct StreamRegistry::Entry {
   bool shown_has_history = false;
   // Guarded by `run`:
   StreamHistory history;
+  std::string lost;  // why this id's earlier stream was evicted, said by its first frame
   uint64_t frames = 0;
   bool has_timestamp = false;
   double last_timestamp = 0;
@@ -85,6 +88,7 @@ bool StreamRegistry::Lease::has_timestamp() const { return entry_->has_timestamp
 double StreamRegistry::Lease::last_timestamp() const { return entry_->last_timestamp; }
 
 void StreamRegistry::Lease::restore(uint64_t frames, bool has_timestamp, double last_timestamp) {
+  entry_->lost.clear();  // its history is back
   entry_->frames = frames;
   entry_->has_timestamp = has_timestamp;
   entry_->last_timestamp = last_timestamp;
@@ -92,6 +96,7 @@ void StreamRegistry::Lease::restore(uint64_t frames, bool has_timestamp, double 
 
 std::string StreamRegistry::Lease::begin_frame(double timestamp, const std::string& scene_token) {
   Entry& e = *entry_;
+  if (!e.lost.empty()) return std::exchange(e.lost, {});  // a history the table threw away
   if (!e.has_timestamp || !e.history.state.has_prev_bev) return {};
   std::string reason;
   const std::optional<std::string>& scene = e.history.state.scene_token;
@@ -138,6 +143,8 @@ void StreamRegistry::expire_locked(double now, const std::string& keep) const {
     if (it->first != keep && e.leases == 0 && now - e.last_used > limits_.idle_ttl_seconds) {
       e.evicted = true;
       ++stats_.evicted_ttl;
+      remember_eviction_locked(it->first, "history evicted: the stream was idle " + seconds_text(now - e.last_used) +
+                                              " (stream TTL " + seconds_text(limits_.idle_ttl_seconds) + ")");
       it = streams_.erase(it);
     } else {
       ++it;
@@ -163,7 +170,26 @@ void StreamRegistry::evict_locked(double now, const std::string& keep) {
     }
     oldest->second->evicted = true;
     ++stats_.evicted_lru;
+    remember_eviction_locked(oldest->first, "history evicted: all " + std::to_string(limits_.max_streams) +
+                                                " stream slots were taken and this stream was the least recently used");
     streams_.erase(oldest);
+  }
+}
+
+void StreamRegistry::remember_eviction_locked(const std::string& id, std::string reason) const {
+  // Bounded: the ids of the last few table-fulls of evictions, oldest forgotten first (a vehicle
+  // gone for good must not grow the table's memory).
+  const size_t bound = 4 * limits_.max_streams + 64;
+  if (evictions_.insert_or_assign(id, std::move(reason)).second) eviction_order_.push_back(id);
+  while (evictions_.size() > bound && !eviction_order_.empty()) {
+    evictions_.erase(eviction_order_.front());
+    eviction_order_.pop_front();
+  }
+  if (eviction_order_.size() > 2 * bound) {  // ids re-evicted or re-created: compact the order
+    std::deque<std::string> kept;
+    for (const std::string& i : eviction_order_)
+      if (evictions_.count(i) && std::find(kept.begin(), kept.end(), i) == kept.end()) kept.push_back(i);
+    eviction_order_ = std::move(kept);
   }
 }
 
@@ -178,11 +204,18 @@ StreamRegistry::Lease StreamRegistry::acquire(const std::string& id) {
       evict_locked(now, id);
       entry = std::make_shared<Entry>();
       entry->id = id;
+      if (auto lost = evictions_.find(id); lost != evictions_.end()) {
+        entry->lost = std::move(lost->second);  // no one else holds the entry yet
+        evictions_.erase(lost);
+      }
       streams_.emplace(id, entry);
       ++stats_.created;
     } else {
+      // An existing stream takes no new slot: only the TTL applies to the others. (Evicting for
+      // it, as until 2026-12-07, held max_streams - 1 streams: a full table of vehicles lost
+      // half its histories every round, and --max-streams 1 answered its one client busy.)
       entry = it->second;
-      evict_locked(now, id);
+      expire_locked(now, id);
     }
     ++entry->leases;
     entry->last_used = now;
@@ -209,10 +242,12 @@ bool StreamRegistry::drop(const std::string& id) {
   std::shared_ptr<Entry> entry;
   {
     const std::lock_guard<std::mutex> g(mu_);
+    expire_locked(clock_(), {});  // a stream past its TTL is gone, as a listing says
     auto it = streams_.find(id);
     if (it == streams_.end()) return false;
     entry = it->second;
     streams_.erase(it);
+    evictions_.erase(id);  // asked for: its next frame starts fresh, with nothing to report
     ++stats_.dropped;
   }
   // A frame in flight finishes on its entry; the next acquire starts a fresh stream.

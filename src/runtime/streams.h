@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -100,12 +101,17 @@ class StreamRegistry {
   // a stream that is already gone), hence the mutable state.
   void expire_locked(double now, const std::string& keep) const;
   void released(Entry& e);
+  // Keeps why `id` was evicted, for its next frame to say (Lease::begin_frame).
+  void remember_eviction_locked(const std::string& id, std::string reason) const;
 
   StreamLimits limits_;
   std::function<double()> clock_;
   mutable std::mutex mu_;
   mutable std::unordered_map<std::string, std::shared_ptr<Entry>> streams_;
   mutable StreamStats stats_;
+  // Evicted ids and why, bounded (remember_eviction_locked), and their order of eviction.
+  mutable std::unordered_map<std::string, std::string> evictions_;
+  mutable std::deque<std::string> eviction_order_;
 };
 
 }  // namespace bev
