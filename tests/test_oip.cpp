@@ -682,6 +682,66 @@ TEST(OipHandoff, HandoffEndpointRefusals) {
   EXPECT_EQ(parse(owner->body)["fingerprint"], ma->fingerprint());
 }
 
+// A refused handoff changes nothing, and each refusal says what it is (issue 45): an id the
+// server would not take from a client (until 2026-12-07 imported first, evicting a stream of a
+// full table, then dropped), another format version (422 unsupported_format, not
+// model_mismatch), a last timestamp past a frame's limit (installed, it answered every later
+// frame 409), BEV values near float32's limit.
+TEST(OipHandoff, RefusedHandoffsChangeNothing) {
+  auto src = fleet_model();
+  const std::vector<json> f = sequence_frames("handoff-src", 2);
+  ASSERT_EQ(parse(src->detect(json_body(f[0]), "").json)["used_history"], false);
+  const std::optional<std::string> bytes = src->export_stream("handoff-src");
+  ASSERT_TRUE(bytes);
+  const StreamSnapshot good = decode_stream_handoff(*bytes);
+
+  Knobs k;
+  k.threads = 2;
+  k.max_streams = 1;  // full with one stream: an import would have to evict it
+  auto m = Model::load(kMicroDir + "/config.json", kMicroDir + "/checkpoint.pth", k);
+  ModelServer server(*m, {});
+  auto cli = server.client();
+  const std::vector<json> kept = sequence_frames("kept", 2, kT0 + 100);
+  ASSERT_EQ(cli->Post(frames_path("kept"), json_body(kept[0]), "application/json")->status, 200);
+
+  StreamSnapshot bad_id = good;
+  bad_id.stream = "not a valid id!";
+  StreamSnapshot late = good;
+  late.last_timestamp = 1e300;
+  StreamSnapshot huge = good;
+  huge.bev = good.bev.clone();  // a copy shares the tensor's storage
+  huge.bev.data<float>()[7] = 3e38f;
+  std::string other_version = encode_stream_handoff(good);
+  // The version is the u32 after the 8-byte magic; the checksum (last 8 bytes) covers it, so
+  // the reader must say "version" before it would say "checksum".
+  other_version[8] = 2;
+  const struct {
+    std::string body;
+    int status;
+    const char* code;
+    const char* says;
+  } cases[] = {
+      {encode_stream_handoff(bad_id), 400, "invalid_handoff", "stream id"},
+      {other_version, 422, "unsupported_format", "version 2"},
+      {encode_stream_handoff(late), 400, "invalid_handoff", "last timestamp 1e+300"},
+      {encode_stream_handoff(huge), 400, "invalid_handoff", "is 3e+38"},
+  };
+  for (const auto& c : cases) {
+    const auto r = cli->Post("/v1/handoff", c.body, "application/octet-stream");
+    ASSERT_TRUE(r);
+    expect_error(r, c.status, c.code);
+    EXPECT_NE(r->body.find(c.says), std::string::npos) << c.says << " in " << r->body;
+    EXPECT_LT(r->body.size(), 600u) << r->body;  // no number printed in full
+  }
+  // Nothing changed: "kept" is still the one stream, with its history.
+  const std::vector<StreamStatus> streams = m->streams();
+  ASSERT_EQ(streams.size(), 1u);
+  EXPECT_EQ(streams[0].id, "kept");
+  const auto r = cli->Post(frames_path("kept"), json_body(kept[1]), "application/json");
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(parse(r->body)["used_history"], true);
+}
+
 // Servers of one fleet must run one model: the fingerprint tells apart other weights (one value
 // changed), another precision and another backend, and /v1/handoff refuses a history from any of
 // them with 422 model_mismatch, installing nothing.

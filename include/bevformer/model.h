@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -191,8 +192,11 @@ class Model {
   // the handed-over BEV bit for bit. Returns the stream's id and whether it was installed (false:
   // the stream already ran frames here, and its newer history is kept). Error(kInvalidInput):
   // corrupt or truncated bytes, a BEV of another shape; Error(kUnsupported): another format
-  // version or another model fingerprint.
-  std::pair<std::string, bool> import_stream(std::string_view bytes);
+  // version or another model fingerprint. `accept_id`, when given, sees the stream's id once the
+  // bytes are read and before anything is installed: what it throws leaves every stream as it
+  // was (a server refuses ids it would not take from a client).
+  std::pair<std::string, bool> import_stream(std::string_view bytes,
+                                             const std::function<void(const std::string&)>& accept_id = {});
 
   bool untrained() const;
   DeviceInfo device_info() const;

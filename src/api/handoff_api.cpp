@@ -15,8 +15,10 @@ std::optional<std::string> Model::export_stream(const std::string& id) {
   return encode_stream_handoff(*s);
 }
 
-std::pair<std::string, bool> Model::import_stream(std::string_view bytes) {
+std::pair<std::string, bool> Model::import_stream(std::string_view bytes,
+                                                  const std::function<void(const std::string&)>& accept_id) {
   const StreamSnapshot s = decode_stream_handoff(bytes);
+  if (accept_id) accept_id(s.stream);
   const bool imported = bev::import_stream(*impl_->engine, s, impl_->fingerprint);
   return {s.stream, imported};
 }

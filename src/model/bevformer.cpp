@@ -9,6 +9,7 @@
 
 #include "bevformer/error.h"
 #include "model/weights.h"
+#include "core/number_text.h"
 
 namespace bev {
 namespace {
@@ -72,7 +73,7 @@ void BevFormer::check_frame(const FrameInput& f) const {
   for (size_t i = 0; i < f.lidar2img.size(); ++i) {
     for (double v : f.lidar2img[i]) {
       if (std::fabs(v) > std::numeric_limits<float>::max()) {
-        bad_frame("lidar2img of camera " + std::to_string(i) + " has an entry of " + std::to_string(v),
+        bad_frame("lidar2img of camera " + std::to_string(i) + " has an entry of " + number_text(v),
                   "values within float32 (the model projects in float32)");
       }
     }
@@ -80,7 +81,7 @@ void BevFormer::check_frame(const FrameInput& f) const {
   for (size_t i = 0; i < f.can_bus.size(); ++i) {
     if (!std::isfinite(f.can_bus[i])) bad_frame("can_bus has a non-finite entry", "18 finite values");
     if (std::fabs(f.can_bus[i]) > std::numeric_limits<float>::max()) {
-      throw Error(ErrorKind::kInvalidInput, "can_bus[" + std::to_string(i) + "] is " + std::to_string(f.can_bus[i]))
+      throw Error(ErrorKind::kInvalidInput, "can_bus[" + std::to_string(i) + "] is " + number_text(f.can_bus[i]))
           .where("frame")
           .expected("values within float32 (the CAN-bus MLP computes in float32)")
           .hint("can_bus[0:7] come from T_world_from_ego when the frame has a pose, [7:16] from its \"can_bus\"");
@@ -105,7 +106,7 @@ BevStepInputs BevFormer::forward_test_step(TemporalState& state, const FrameInpu
     // A pose jump whose delta from the previous frame overflows float32 (both ends within it).
     if (std::fabs(s.step.can_bus[i]) > std::numeric_limits<float>::max()) {
       throw Error(ErrorKind::kInvalidInput, "can_bus[" + std::to_string(i) + "] after the change from the previous frame is " +
-                                                std::to_string(s.step.can_bus[i]))
+                                                number_text(s.step.can_bus[i]))
           .where("frame")
           .expected("a change within float32 from the stream's previous frame");
     }

@@ -6,6 +6,8 @@
 #include <cstring>
 
 #include "bevformer/error.h"
+#include "core/number_text.h"
+#include "io/frame_json.h"
 #include "io/checkpoint.h"
 #include "model/config.h"
 #include "runtime/engine.h"
@@ -163,6 +165,9 @@ StreamSnapshot decode_stream_handoff(std::string_view bytes) {
       !std::isfinite(s.state.prev_pos[1]) || !std::isfinite(s.state.prev_pos[2])) {
     r.fail("a timestamp or CAN-bus value is NaN or infinite");
   }
+  if (std::abs(s.last_timestamp) > kMaxTimestampSeconds) {
+    r.fail("last timestamp " + number_text(s.last_timestamp), "at most 1e11 s from 0, as a frame's");
+  }
   if (id_len == 0 || id_len > kMaxHandoffStreamId) r.fail("stream id of " + std::to_string(id_len) + " bytes", "1 to 1024");
   if (scene_len > kMaxHandoffText || fp_len > kMaxHandoffText) r.fail("scene or fingerprint over 4096 bytes");
   if ((flags & kHasScene) == 0 && scene_len != 0) r.fail("a scene without the scene flag");
@@ -185,6 +190,9 @@ StreamSnapshot decode_stream_handoff(std::string_view bytes) {
     const float* v = s.bev.data<float>();
     for (int64_t i = 0; i < rows * cols; ++i) {
       if (!std::isfinite(v[i])) r.fail("BEV value " + std::to_string(i) + " is NaN or infinite");
+      if (std::abs(v[i]) > kMaxHandoffBevMagnitude) {
+        r.fail("BEV value " + std::to_string(i) + " is " + number_text(v[i]), "at most 1e6 in magnitude");
+      }
     }
   }
   return s;

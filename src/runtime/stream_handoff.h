@@ -38,6 +38,12 @@ inline constexpr uint32_t kStreamHandoffVersion = 1;
 inline constexpr size_t kMaxHandoffStreamId = 1024;
 inline constexpr size_t kMaxHandoffText = 4096;
 inline constexpr int64_t kMaxHandoffBevValues = int64_t{1} << 28;  // 1 GiB of f32
+// Held to what a frame may carry: a last timestamp within a frame's limit (kMaxTimestampSeconds,
+// 1e11 s: one beyond it would refuse every later frame of the sequence as out of order), and BEV
+// values within 1e6. The encoder's last layer norm bounds a BEV value by |gamma| sqrt(C - 1) +
+// |beta|, 16 |gamma| + |beta| at 256 channels; trained weights keep both near 1, and values near
+// float32's limit would overflow in the next frame's attention.
+inline constexpr double kMaxHandoffBevMagnitude = 1e6;
 
 struct StreamSnapshot {
   std::string stream;

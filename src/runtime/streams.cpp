@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "bevformer/error.h"
+#include "core/number_text.h"
 
 namespace bev {
 
@@ -106,7 +107,7 @@ std::string StreamRegistry::Lease::begin_frame(double timestamp, const std::stri
     const std::lock_guard<std::mutex> g(owner_->mu_);
     ++owner_->stats_.resets_scene;
   } else if (!(timestamp > e.last_timestamp)) {
-    reason = "timestamp did not increase (" + std::to_string(timestamp) + " after " + std::to_string(e.last_timestamp) + ")";
+    reason = "timestamp did not increase (" + number_text(timestamp) + " after " + number_text(e.last_timestamp) + ")";
     const std::lock_guard<std::mutex> g(owner_->mu_);
     ++owner_->stats_.resets_backwards;
   } else if (timestamp - e.last_timestamp > owner_->limits_.max_gap_seconds) {

@@ -89,18 +89,23 @@ HttpResponse Fleet::handle(const Route& route, HttpRequest& request) {
       return r;
     }
     std::pair<std::string, bool> result;
+    bool decoded = false;  // the bytes were read: a kUnsupported after this is the model's, before it the format's
     try {
-      result = model_.import_stream(request.body);
+      // The id is checked before anything is installed: a refused handoff changes nothing (it
+      // used to import first, evicting a stream of a full table, and drop the import after).
+      result = model_.import_stream(request.body, [&](const std::string& id) {
+        decoded = true;
+        if (!valid_stream_id(id)) {
+          throw ApiError(400, "invalid_handoff", "the handed-over stream id is not 1 to 128 characters of A-Z a-z 0-9 . _ : -");
+        }
+      });
     } catch (const Error& e) {
+      if (e.kind() == ErrorKind::kUnsupported && !decoded) return error_response(422, "unsupported_format", e.what());
       if (e.kind() == ErrorKind::kUnsupported) return error_response(422, "model_mismatch", e.what());
       if (e.kind() == ErrorKind::kInvalidInput) return error_response(400, "invalid_handoff", e.what());
       throw;
     }
     const auto& [id, imported] = result;
-    if (!valid_stream_id(id)) {
-      if (imported) model_.drop_stream(id);
-      return error_response(400, "invalid_handoff", "the handed-over stream id is not 1 to 128 characters of A-Z a-z 0-9 . _ : -");
-    }
     if (!imported) {
       return error_response(409, "stream_exists", "stream " + id + " already ran frames here (restarted by its client); "
                                                   "its newer history is kept and the handed-over one dropped");

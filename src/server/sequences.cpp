@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "server/api_error.h"
+#include "core/number_text.h"
 
 namespace bev::server {
 namespace {
@@ -13,11 +14,6 @@ double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::string fixed6(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.6f", v);
-  return buf;
-}
 
 std::string seconds_text(double s) {
   char buf[32];
@@ -87,8 +83,8 @@ SequenceTable::Claim SequenceTable::claim(const std::string& id, bool start, dou
     throw ApiError(409, "sequence_busy", "a frame of sequence " + id + " is still in flight; a sequence's frames go one after another");
   }
   if (!(timestamp > e.last_timestamp)) {
-    throw ApiError(409, "out_of_order", "timestamp " + fixed6(timestamp) + " is not after sequence " + id + "'s last frame (" +
-                                            fixed6(e.last_timestamp) +
+    throw ApiError(409, "out_of_order", "timestamp " + number_text(timestamp) + " is not after sequence " + id + "'s last frame (" +
+                                            number_text(e.last_timestamp) +
                                             "); frames of a sequence must be sent in time order, or restart it (sequence_start)");
   }
   e.busy = true;

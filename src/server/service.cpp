@@ -12,6 +12,7 @@
 #include "server/fleet.h"
 #include "server/oip.h"
 #include "server/oip_service.h"
+#include "core/number_text.h"
 
 namespace bev::server {
 namespace {
@@ -30,13 +31,6 @@ HttpResponse json_response(const json& j, int status = 200) {
 }
 
 // %.6f of any double, uncut (a fixed buffer would cut a large one mid-number).
-std::string fixed6(double v) {
-  const int n = std::snprintf(nullptr, 0, "%.6f", v);
-  std::string out(static_cast<size_t>(std::max(n, 0)) + 1, '\0');
-  std::snprintf(out.data(), out.size(), "%.6f", v);
-  out.pop_back();
-  return out;
-}
 
 HttpResponse busy(const std::string& message) {
   HttpResponse r = error_response(503, "busy", message + "; retry after the Retry-After seconds");
@@ -254,8 +248,8 @@ std::optional<HttpResponse> Service::out_of_order(const Frame& frame) const {
   for (const StreamStatus& s : model_.streams()) {
     if (s.id == frame.stream && s.frames > 0 && !(frame.timestamp > s.last_timestamp)) {
       return error_response(409, "out_of_order",
-                            "timestamp " + fixed6(frame.timestamp) + " is not after the stream's last frame (" +
-                                fixed6(s.last_timestamp) + "); frames of a stream must be sent in time order. DELETE /v1/streams/" +
+                            "timestamp " + number_text(frame.timestamp) + " is not after the stream's last frame (" +
+                                number_text(s.last_timestamp) + "); frames of a stream must be sent in time order. DELETE /v1/streams/" +
                                 frame.stream + " to start it again");
     }
   }
