@@ -95,6 +95,39 @@ def rejections(binary, case, tmp):
     variant("missing_sample", lambda r: r["results"].pop(first), "sample")
     variant("unknown_class", unknown_class, "hovercraft")
 
+    # A sample twice in one file (results or ground truth): refused naming the file and the token,
+    # where Python's json.load, and so the devkit, keeps the later copy without a word.
+    def duplicated(doc, key):
+        text = json.dumps(doc)
+        entry = json.dumps({first: doc[key][first]})[1:-1]  # '"token": [...]'
+        return text.replace(f'"{key}": {{', f'"{key}": {{{entry}, ', 1)
+
+    gt = load(f"{case}/gt.json")
+    for name, text, flag in (("results", duplicated(base, "results"), "--results"),
+                             ("gt", duplicated(gt, "samples"), "--gt")):
+        path = f"{tmp}/twice_{name}.json"
+        with open(path, "w") as f:
+            f.write(text)
+        args = ["--results", path, "--gt", f"{case}/gt.json"] if flag == "--results" else \
+            ["--results", f"{case}/results_nusc.json", "--gt", path]
+        rc, out, err = run_eval(binary, args)
+        assert rc == 2 and first in err and path in err and "twice" in err, f"{name} twice: exit {rc}: {err}"
+        print(f"a sample twice in {name}: exit 2: {err.strip()}")
+
+    # Inputs that are not regular files are refused at once (exit 2), never read or waited on:
+    # a FIFO waited forever, /dev/zero was read until memory ran out, a directory exited 3.
+    fifo = f"{tmp}/fifo"
+    if os.path.exists(fifo):
+        os.remove(fifo)
+    os.mkfifo(fifo)
+    for bad in (fifo, "/dev/zero", tmp):
+        for cmd in (["eval", "--results", bad, "--gt", f"{case}/gt.json"],
+                    ["eval", "--results", f"{case}/results_nusc.json", "--gt", bad],
+                    ["merge-results", bad, "-o", f"{tmp}/merged_bad.json"]):
+            p = subprocess.run([binary, *cmd], capture_output=True, text=True, timeout=30)
+            assert p.returncode == 2 and "regular file" in p.stderr, f"{cmd}: exit {p.returncode}: {p.stderr}"
+    print("a FIFO, /dev/zero and a directory as eval and merge-results inputs: exit 2 at once")
+
 
 def merge(binary, case, tmp):
     os.makedirs(tmp, exist_ok=True)

@@ -9,6 +9,7 @@
 
 #include "bevformer/error.h"
 #include "core/log.h"
+#include "io/byte_source.h"
 #include "eval/detection_config.h"
 #include "eval/nuscenes_splits.h"
 
@@ -79,12 +80,18 @@ struct Record {
 template <typename Visit>
 void stream_table(const std::string& dir, const char* table, Visit&& visit) {
   const std::string path = dir + "/" + table + ".json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw Error(std::filesystem::exists(path) ? ErrorKind::kIo : ErrorKind::kNotFound, "cannot open the table")
+  // Mapped, not read: the parse below streams over the pages. A regular file of bounded size (a
+  // FIFO, a device or a directory is refused, as by every other reader).
+  std::shared_ptr<const ByteSource> src;
+  try {
+    src = ByteSource::map_file(path, kMaxEvalFileBytes);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kNotFound) throw;
+    throw Error(ErrorKind::kNotFound, "cannot open the table")
         .where(path)
         .hint("--dataroot is the folder that holds the version folder (e.g. DATAROOT/v1.0-trainval/sample.json)");
   }
+  const char* text = reinterpret_cast<const char*>(src->data());
   size_t index = 0;
   using Event = ojson::parse_event_t;
   const ojson::parser_callback_t on_event = [&](int depth, Event event, ojson& parsed) -> bool {
@@ -102,7 +109,7 @@ void stream_table(const std::string& dir, const char* table, Visit&& visit) {
     return true;
   };
   try {
-    [[maybe_unused]] const ojson rest = ojson::parse(in, on_event);  // the records went to visit: an empty list
+    [[maybe_unused]] const ojson rest = ojson::parse(text, text + src->size(), on_event);  // the records went to visit: an empty list
   } catch (const ojson::parse_error& e) {
     std::string msg = e.what();
     if (const auto p = msg.find("syntax error"); p != std::string::npos) msg = msg.substr(p);

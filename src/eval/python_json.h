@@ -5,6 +5,7 @@
 // text byte for byte, so that our metrics_summary.json diffs cleanly against the devkit's.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,8 +18,13 @@ namespace bev::eval {
 
 using ojson = nlohmann::ordered_json;
 
-// The whole file; kNotFound when it does not exist, kIo when it cannot be read. (Writing:
-// write_file_atomically, io/byte_source.h.)
+// The largest file eval reads: the trainval database's sample_annotation.json is about 0.5 GB,
+// a test-set results file under 2 GB.
+inline constexpr uint64_t kMaxEvalFileBytes = uint64_t{16} << 30;
+
+// The whole of a regular file of at most kMaxEvalFileBytes; kNotFound when it does not exist,
+// kInvalidInput when it is not a regular file (a FIFO, a device, a directory) or too large, kIo
+// when it cannot be read. (Writing: write_file_atomically, io/byte_source.h.)
 std::string read_text_file(const std::string& path);
 
 // `text` with every NaN token outside strings replaced by null; nullopt when there is none (the

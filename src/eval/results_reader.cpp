@@ -81,12 +81,11 @@ class ResultsReader final : public nlohmann::json_sax<ojson> {
   }
 
   void begin_sample(const std::string& token) {
-    const auto it = r_.index.find(token);
-    if (it != r_.index.end()) {
-      log_warn(where_, ": sample '", token, "' appears twice in results; the later list replaces the earlier one");
-      current_ = it->second;
-      r_.samples[current_].boxes.clear();
-      r_.samples[current_].own_tokens.clear();
+    if (r_.index.count(token) != 0) {
+      // Refused, as across files: Python's json.load (the devkit) keeps the later list without a
+      // word, so an evaluation of such a file silently drops boxes.
+      fail("sample '" + token + "' appears twice in results", "results['" + token + "']",
+           "each sample token once per file (the devkit would silently keep only the later list)");
     } else {
       current_ = r_.samples.size();
       r_.index.emplace(token, current_);
