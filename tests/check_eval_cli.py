@@ -10,6 +10,7 @@ script would read. Standard library only.
 import json
 import math
 import os
+import stat
 import subprocess
 import sys
 
@@ -127,6 +128,17 @@ def rejections(binary, case, tmp):
             p = subprocess.run([binary, *cmd], capture_output=True, text=True, timeout=30)
             assert p.returncode == 2 and "regular file" in p.stderr, f"{cmd}: exit {p.returncode}: {p.stderr}"
     print("a FIFO, /dev/zero and a directory as eval and merge-results inputs: exit 2 at once")
+
+    # -o on a FIFO is refused before any work, as detect refuses it (it used to be replaced by a
+    # regular file, after the work).
+    micro_config = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(case))), "micro", "config.json")
+    for cmd in (["eval", "--results", f"{case}/results_nusc.json", "--gt", f"{case}/gt.json", "-o", fifo],
+                ["merge-results", f"{case}/results_nusc.json", "-o", fifo],
+                ["calibrate", "--config", micro_config, "-o", fifo]):
+        p = subprocess.run([binary, *cmd], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2 and "not a writable file" in p.stderr, f"{cmd}: exit {p.returncode}: {p.stderr}"
+        assert stat.S_ISFIFO(os.stat(fifo).st_mode), f"{cmd} replaced the FIFO"
+    print("-o on a FIFO (eval, merge-results, calibrate): exit 2, the FIFO left alone")
 
 
 def merge(binary, case, tmp):

@@ -28,6 +28,7 @@ Runner add_calibrate(CLI::App& app) {
   add_backend_option(sub, o->backend);
   sub->add_option("-o,--output", o->output, "The calibration file to write")->required();
   return [o]() {
+    check_writable(o->output, "-o");  // before the drive runs
     const CalibrateReport r = run_calibrate(*o);
     std::fputs(format_calibrate(r).c_str(), stdout);
     std::fflush(stdout);

@@ -92,23 +92,6 @@ FramePeek peek_frame(const std::string& path) {
   return p;
 }
 
-// An output path that a long run could only fail to write at its end: its folder must exist and be
-// writable, and an existing file must be a writable regular file.
-void check_writable(const std::string& path, const char* option) {
-  namespace fs = std::filesystem;
-  if (path.empty()) return;
-  const fs::path p(path);
-  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0) {
-    throw Error(ErrorKind::kInvalidInput, "its folder " + dir.string() + " does not exist or is not writable")
-        .where(std::string(option) + " " + path);
-  }
-  if (fs::exists(p, ec) && (!fs::is_regular_file(p, ec) || ::access(path.c_str(), W_OK) != 0)) {
-    throw Error(ErrorKind::kInvalidInput, "exists and is not a writable file").where(std::string(option) + " " + path);
-  }
-}
-
 std::string duration_text(double s) {
   char buf[64];
   if (s >= 3600) {

@@ -85,6 +85,9 @@ int run_eval(const EvalArgs& a) {
     throw Error(ErrorKind::kInvalidInput, "nothing to do")
         .expected("--results FILE... to evaluate, and/or --export-gt FILE to write the ground truth");
   }
+  check_writable(a.output, "-o");  // before the ground truth loads (minutes on trainval)
+  check_writable(a.details, "--details");
+  check_writable(a.export_gt, "--export-gt");
   const eval::DetectionConfig cfg = a.config.empty() ? eval::detection_cvpr_2019() : eval::read_detection_config(a.config);
   const eval::GroundTruth gt = a.gt.load();
   size_t num_boxes = 0;
@@ -148,6 +151,7 @@ Runner add_merge_results(CLI::App& app) {
   sub->add_option("-o,--output", a->output, "The merged results_nusc.json")->required();
   a->gt.add_to(sub);
   return [a]() {
+    check_writable(a->output, "-o");
     const eval::Results merged = eval::read_results_files(a->inputs, eval::detection_cvpr_2019().max_boxes_per_sample);
     if (a->gt.given()) eval::check_same_samples(merged, a->gt.load());
     eval::write_results(a->output, merged);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -27,6 +28,11 @@ Runner add_merge_results(CLI::App& app);
 
 // Maps an exception escaping a command to a message on stderr and an exit code.
 int report_exception();
+
+// An output path that a long run could only fail to write at its end, checked before the run: its
+// folder must exist and be writable, and an existing file must be a writable regular file (a FIFO
+// or a device is refused, never replaced by a regular file). `option` names it ("-o").
+void check_writable(const std::string& path, const char* option);
 
 // --backend NAME (default "cpu"), listing the backends this binary was built with.
 CLI::Option* add_backend_option(CLI::App* sub, std::string& backend);

@@ -1,4 +1,9 @@
 // Options several subcommands share.
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "bevformer/error.h"
 #include "bevformer/model.h"
 #include "commands.h"
 
@@ -20,6 +25,21 @@ CLI::Option* add_precision_options(CLI::App* sub, std::string& precision, std::s
                          "f32 | bf16 (convolutions and matmuls) | int8 (the backbone's convs; needs --calibration)")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "bf16", "int8"}));
+}
+
+void check_writable(const std::string& path, const char* option) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return;
+  const fs::path p(path);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0) {
+    throw Error(ErrorKind::kInvalidInput, "its folder " + dir.string() + " does not exist or is not writable")
+        .where(std::string(option) + " " + path);
+  }
+  if (fs::exists(p, ec) && (!fs::is_regular_file(p, ec) || ::access(path.c_str(), W_OK) != 0)) {
+    throw Error(ErrorKind::kInvalidInput, "exists and is not a writable file").where(std::string(option) + " " + path);
+  }
 }
 
 }  // namespace bev::cli
