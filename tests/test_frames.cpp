@@ -350,6 +350,17 @@ TEST(FramesDemo, ConvertInfoOptionsAndErrors) {
   std::ofstream(dir.file("bad_info.json")) << info.dump();
   expect_error([&] { read_nuscenes_info(dir.file("bad_info.json")); }, ErrorKind::kInvalidInput,
                {"bad_info.json: data_list[0].images.CAM_BACK.cam2img[1]", "has 2 numbers"});
+  // An img_path out of --images (absolute, or climbing out with ..) is refused, even where the
+  // file exists (until 2026-12-07 the frame pointed at it).
+  for (const std::string escape : {"/etc/hostname", "../../../../../../etc/hostname", "x/../../y.jpg"}) {
+    json out = read_json(kDemo + "/info.json");
+    out["data_list"][0]["images"]["CAM_FRONT"]["img_path"] = escape;
+    std::ofstream(dir.file("escape_info.json")) << out.dump();
+    ConvertInfoOptions e;
+    e.images_dir = kDemo;
+    expect_error([&] { convert_info(dir.file("escape_info.json"), dir.file("d"), e); }, ErrorKind::kInvalidInput,
+                 {"data_list[0].images.CAM_FRONT", "leads outside the images folder"});
+  }
 }
 
 TEST(FramesDemo, GroundTruthOfTheDemoEntry) {

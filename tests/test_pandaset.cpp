@@ -221,6 +221,31 @@ TEST_F(Pandaset, BrokenSequencesNameTheFile) {
   EXPECT_THROW(convert_pandaset({(bad / "none").string(), out.string(), "", 0, 0}), Error);
 }
 
+// A frame detect would refuse (a timestamp of 1e300 in the second) is refused by the converter
+// before anything is written (until 2026-12-07 it wrote such frames), and so is a missing image
+// of the last frame (it left the earlier frames and images behind).
+TEST_F(Pandaset, AFrameDetectWouldRefuseWritesNothing) {
+  for (const std::string broken : {"timestamp", "image"}) {
+    const fs::path bad = fs::path(tmp_->str()) / ("bad_" + broken);
+    fs::remove_all(bad);
+    fs::copy(seq(), bad, fs::copy_options::recursive);
+    if (broken == "timestamp") {
+      std::ofstream(bad / "lidar" / "timestamps.json") << "[1557540000.25, 1e300]";
+    } else {
+      fs::remove(bad / "camera" / "back_camera" / "01.jpg");
+    }
+    const fs::path out = fs::path(tmp_->str()) / ("bad_out_" + broken);
+    fs::remove_all(out);
+    try {
+      convert_pandaset({bad.string(), out.string(), "", 800, 450});
+      FAIL() << broken << ": no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(broken == "timestamp" ? "1e+300" : "01.jpg"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(out)) << broken << ": " << out << " was written";
+  }
+}
+
 // The devkit files' readers (what fuzz_pandaset drives): each broken entry named.
 TEST(PandasetFiles, BadEntriesAreInvalidInput) {
   auto fails = [](auto parse, const std::string& text, const std::string& says) {

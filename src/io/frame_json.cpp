@@ -514,11 +514,8 @@ std::string frame_json_text(const Frame& spec) {
 }
 
 void write_frame_json(const std::string& path, const Frame& spec) {
-  const std::string text = frame_json_text(spec);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out || !out.write(text.data(), static_cast<std::streamsize>(text.size())) || !out.flush()) {
-    throw Error(ErrorKind::kIo, "cannot write the frame file").where(path);
-  }
+  // Through a temporary file and a rename: a failure leaves no half-written frame behind.
+  write_file_atomically(path, frame_json_text(spec));
 }
 
 std::string base64_encode(std::span<const uint8_t> bytes) {

@@ -142,6 +142,14 @@ std::string nuscenes_log_name(const std::string& file) {
 }
 
 std::string resolve_image(const fs::path& images_dir, const InfoCamera& cam, const std::string& where) {
+  // An info file names images under --images: an absolute path or one that climbs out with ".."
+  // would have the frames read files the user never pointed at.
+  const fs::path rel = fs::path(cam.img_path).lexically_normal();
+  if (rel.is_absolute() || rel.empty() || *rel.begin() == "..") {
+    throw Error(ErrorKind::kInvalidInput, "img_path '" + cam.img_path + "' leads outside the images folder")
+        .where(where)
+        .expected("a path inside --images " + images_dir.string() + " (a file name, or samples/CAM/file)");
+  }
   const fs::path direct = images_dir / cam.img_path;
   const fs::path tree = images_dir / "samples" / cam.name / cam.img_path;
   std::error_code ec;

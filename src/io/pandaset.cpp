@@ -200,40 +200,55 @@ std::vector<std::string> convert_pandaset_sequence(const std::string& seq_dir, c
   }
   const std::string stream = o.stream.empty() ? seq.lexically_normal().filename().string() : o.stream;
   const std::string sequence = seq.lexically_normal().filename().string();
-  make_folder(out_dir);
   const Mat4 ego_from_lidar = pandaset_ego_from_lidar(), lidar_from_ego = rigid_inverse(ego_from_lidar);
 
+  // Every frame is built and checked as detect will read it (parse_frame_json: the timestamp's
+  // bound, rigid poses, finite numbers) before anything is written, as convert-info does: a
+  // sequence with one bad frame writes nothing, and never frames detect would refuse.
   std::vector<std::string> written;
-  for (size_t k = 0; k < times.size(); ++k) {
-    Frame f;
-    f.stream = stream;
-    f.timestamp = times[k];
-    f.scene = sequence;
-    f.token = sequence + "/" + two_digits(k);
-    const Mat4 world_from_ego = mat4_mul(lidar_poses[k], lidar_from_ego);
-    const Mat4 ego_from_world = rigid_inverse(world_from_ego);
-    f.T_world_from_ego = world_from_ego;
-    f.T_ego_from_lidar = ego_from_lidar;
-    for (size_t i = 0; i < cams.size(); ++i) {
-      Camera cam;
-      cam.name = kPandasetSlotNames[i];
-      double sx = 1, sy = 1;
-      cam.image_path = place_image(seq / "camera" / kPandasetCameras[i] / (two_digits(k) + ".jpg"), out_dir,
-                                   kPandasetCameras[i], k, o, &sx, &sy);
-      Mat3 K = cams[i].K;
-      K[0] *= sx;
-      K[2] *= sx;
-      K[4] *= sy;
-      K[5] *= sy;
-      cam.K = K;
-      cam.T_ego_from_cam = mat4_mul(ego_from_world, cams[i].poses[k]);
-      f.cameras.push_back(std::move(cam));
+  for (size_t pass = 0; pass < 2; ++pass) {
+    const bool place = pass == 1;
+    if (place) make_folder(out_dir);
+    for (size_t k = 0; k < times.size(); ++k) {
+      Frame f;
+      f.stream = stream;
+      f.timestamp = times[k];
+      f.scene = sequence;
+      f.token = sequence + "/" + two_digits(k);
+      const Mat4 world_from_ego = mat4_mul(lidar_poses[k], lidar_from_ego);
+      const Mat4 ego_from_world = rigid_inverse(world_from_ego);
+      f.T_world_from_ego = world_from_ego;
+      f.T_ego_from_lidar = ego_from_lidar;
+      for (size_t i = 0; i < cams.size(); ++i) {
+        Camera cam;
+        cam.name = kPandasetSlotNames[i];
+        double sx = 1, sy = 1;
+        const fs::path src = seq / "camera" / kPandasetCameras[i] / (two_digits(k) + ".jpg");
+        if (place) {
+          cam.image_path = place_image(src, out_dir, kPandasetCameras[i], k, o, &sx, &sy);
+        } else {
+          if (!fs::is_regular_file(src)) throw Error(ErrorKind::kNotFound, "no such image").where(src.string());
+          cam.image_path = src.string();  // not read: the first pass writes nothing
+        }
+        Mat3 K = cams[i].K;
+        K[0] *= sx;
+        K[2] *= sx;
+        K[4] *= sy;
+        K[5] *= sy;
+        cam.K = K;
+        cam.T_ego_from_cam = mat4_mul(ego_from_world, cams[i].poses[k]);
+        f.cameras.push_back(std::move(cam));
+      }
+      char name[48];
+      std::snprintf(name, sizeof name, "frame_%04zu.json", k);
+      const std::string path = (fs::path(out_dir) / name).string();
+      if (!place) {
+        parse_frame_json(frame_json_text(f), path);
+        continue;
+      }
+      write_frame_json(path, f);  // whole or not at all (write_file_atomically)
+      written.push_back(path);
     }
-    char name[48];
-    std::snprintf(name, sizeof name, "frame_%04zu.json", k);
-    const std::string path = (fs::path(out_dir) / name).string();
-    write_frame_json(path, f);
-    written.push_back(path);
   }
   return written;
 }
