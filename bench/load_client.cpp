@@ -148,6 +148,9 @@ int main(int argc, char** argv) {
   std::mutex mu;
   std::vector<double> latencies;
   std::map<int, int> statuses;
+  // /v1 answers: frames after a stream's first that ran without history, how many said why, and
+  // how many of those were evictions (the table full or a TTL: scripts/soak.sh checks them).
+  int64_t without_history = 0, told = 0, evicted = 0;
   std::vector<std::thread> threads;
   const auto run_id = std::chrono::system_clock::now().time_since_epoch().count() % 1000000;
   for (int s = 0; s < streams; ++s) {
@@ -176,6 +179,15 @@ int main(int argc, char** argv) {
         if (t1 < measure_from || t1 > end) continue;
         ++statuses[r ? r->status : -1];
         if (r && r->status == 200) latencies.push_back(std::chrono::duration<double>(t1 - t0).count());
+        if (r && r->status == 200 && !oip && k > 0) {
+          const json answer = json::parse(r->body, nullptr, false);
+          if (answer.is_object() && answer.value("used_history", true) == false) {
+            ++without_history;
+            const std::string why = answer.value("history_reset", std::string());
+            told += !why.empty();
+            evicted += why.rfind("history evicted", 0) == 0;
+          }
+        }
       }
     });
   }
@@ -185,5 +197,9 @@ int main(int argc, char** argv) {
   std::printf("  throughput %.2f frames/s  p50 %.1f ms  p99 %.1f ms  (%zu frames)\n",
               static_cast<double>(latencies.size()) / seconds, 1e3 * percentile(latencies, 0.5),
               1e3 * percentile(latencies, 0.99), latencies.size());
+  if (!oip) {
+    std::printf("  history: %lld frames without it after their stream's first, %lld told why, %lld of them evicted\n",
+                static_cast<long long>(without_history), static_cast<long long>(told), static_cast<long long>(evicted));
+  }
   return statuses.size() == 1 && statuses.count(200) ? 0 : 1;
 }
