@@ -689,5 +689,76 @@ TEST(ServerProcess, SigtermFinishesInFlightFrameAndExitsZero) {
   EXPECT_FALSE(after.Get("/healthz"));
 }
 
+// Twice a table's capacity of vehicles at once (issue 45): 6 clients, each its own stream of 6
+// frames, on a server that keeps 3 streams. Every request is answered (503 busy, retried, only
+// while all 3 slots run a frame); a frame that lost its history says so ("history evicted"),
+// and between such frames each stream's answers equal the library running that stretch alone.
+TEST(Server, TwiceTheStreamCapacityEachStreamAsAloneBetweenEvictions) {
+  constexpr int kStreams = 6, kFrames = 6;
+  Knobs k;
+  k.threads = 2;
+  k.max_streams = 3;
+  auto model = Model::load(kMicroDir + "/config.json", kMicroDir + "/checkpoint.pth", k);
+  RunningServer server({}, {}, model.get());
+  std::vector<std::vector<json>> frames(kStreams);
+  std::vector<std::vector<json>> got(kStreams);
+  std::vector<std::string> failures(kStreams);
+  std::atomic<int> busy{0};
+  std::vector<std::thread> clients;
+  for (int s = 0; s < kStreams; ++s) {
+    for (int f = 0; f < kFrames; ++f) {
+      frames[s].push_back(micro_frame((f + s) % 3, "twice-" + std::to_string(s), 3000.0 + 13.0 * s + 0.5 * f));
+    }
+    clients.emplace_back([&, s] {
+      auto cli = server.client();
+      for (int f = 0; f < kFrames; ++f) {
+        // Two vehicles send back to back, four pause: the pausing ones fall to the table's end.
+        if (s >= 2) std::this_thread::sleep_for(std::chrono::milliseconds(60));
+        for (int attempt = 0;; ++attempt) {
+          const auto r = cli->Post(frames_path(frames[s][f]["stream"].get<std::string>()), json_body(frames[s][f]),
+                                   "application/json");
+          if (r && r->status == 503 && attempt < 200) {
+            ++busy;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            continue;
+          }
+          if (!r || r->status != 200) {
+            failures[s] = r ? std::to_string(r->status) + " " + r->body : httplib::to_string(r.error());
+            return;
+          }
+          got[s].push_back(parse(r->body));
+          break;
+        }
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  // The reference: the library alone, each stretch between evictions on a fresh stream.
+  auto reference = load_micro_model(/*pipeline=*/false);
+  int evicted = 0, kept = 0;
+  for (int s = 0; s < kStreams; ++s) {
+    ASSERT_EQ(failures[s], "") << "stream " << s;
+    ASSERT_EQ(got[s].size(), static_cast<size_t>(kFrames));
+    const std::string id = frames[s][0]["stream"].get<std::string>();
+    for (int f = 0; f < kFrames; ++f) {
+      json answer = got[s][static_cast<size_t>(f)];
+      if (f > 0 && !answer["used_history"].get<bool>()) {
+        ASSERT_TRUE(answer.contains("history_reset")) << "stream " << s << " frame " << f << " lost its history silently";
+        EXPECT_EQ(answer["history_reset"].get<std::string>().rfind("history evicted", 0), 0u) << answer["history_reset"];
+        ++evicted;
+        reference->drop_stream(id);  // the stretch starts again
+        answer.erase("history_reset");
+      } else if (f > 0) {
+        ++kept;
+      }
+      const json want = parse(reference->detect(json_body(frames[s][static_cast<size_t>(f)]), "").json);
+      EXPECT_EQ(answer, want) << "stream " << s << " frame " << f;
+    }
+  }
+  std::printf("[ capacity ] %d streams in a table of 3: %d frames kept their history, %d were told it was evicted, "
+              "%d busy retries\n", kStreams, kept, evicted, busy.load());
+  EXPECT_EQ(kept + evicted, kStreams * (kFrames - 1));
+}
+
 }  // namespace
 }  // namespace bev::server
