@@ -22,17 +22,7 @@ cleanup() {
 trap cleanup EXIT
 
 micro=$(realpath ../shared/golden/micro)
-python3 - "$micro" "$work" <<'PY'
-import json, sys
-micro, out = sys.argv[1], sys.argv[2]
-for k in range(3):
-    m = json.load(open(f"{micro}/frame{k}_meta.json"))
-    f = {"stream": "micro", "timestamp": m["timestamp"], "scene": m["scene_token"],
-         "T_world_from_ego": m["ego2global"], "T_ego_from_lidar": m["lidar2ego"], "can_bus": m["can_bus"],
-         "cameras": [{"name": c["name"], "image": f"{micro}/" + m["img_filenames"][c["index"]],
-                      "K": c["cam2img"], "T_ego_from_cam": c["cam2ego"]} for c in m["cameras"]]}
-    json.dump(f, open(f"{out}/frame{k}.json", "w"))
-PY
+python3 scripts/micro_frames.py "$micro" "$work"
 frames=("$work"/frame0.json "$work"/frame1.json "$work"/frame2.json)
 
 "$dir/bin/bevformer" -q serve --config "$micro/config.json" --weights "$micro/checkpoint.pth" --port 0 \
