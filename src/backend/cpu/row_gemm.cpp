@@ -85,7 +85,7 @@ void tile_scalar(const float* x, int64_t ldx, int rows, const float* panel, int6
       for (int64_t t = k0; t < k1; ++t) acc = std::fma(x[r * ldx + t], panel[t * kCols + c], acc);
       if (last) {
         acc += bias[c];
-        if (relu) acc = acc > 0.0f || acc != acc ? acc : 0.0f;
+        if (relu) acc = 0.0f > acc ? 0.0f : acc;  // vmaxps(0, acc) exactly: NaN and -0 stay
       }
       y[r * ldy + c] = acc;
     }
