@@ -24,6 +24,7 @@
 #include "model/synthetic.h"
 #include "runtime/calibrate.h"
 #include "runtime/engine.h"
+#include "precision_test_util.h"
 
 namespace bev {
 namespace {
@@ -179,7 +180,7 @@ TEST(Calibration, TheDecoratorSeesEveryConvAndTheSignOfItsInput) {
 }
 
 TEST(Int8, IsRefusedWithoutAFittingCalibration) {
-  if (!cpu::has_int8_dot()) GTEST_SKIP() << "this CPU has no exact int8 dot product";
+  BEV_SKIP_UNLESS_RUNS(Precision::kInt8);
   const MicroModel m;
   EngineOptions o;
   o.backend_options = {2, Precision::kInt8, 0};
@@ -208,7 +209,7 @@ TEST(Int8, IsRefusedWithoutAFittingCalibration) {
 // neck's inputs write u8 codes, the downsamples s8, and the max pool runs on codes. (A model
 // that fell back to f32 between blocks would still be accurate, only slow: this guards it.)
 TEST(Int8, TheRecordedImageStageKeepsCodesBetweenBlocks) {
-  if (!cpu::has_int8_dot()) GTEST_SKIP() << "this CPU has no exact int8 dot product";
+  BEV_SKIP_UNLESS_RUNS(Precision::kInt8);
   const MicroModel m;
   EngineOptions o;
   o.backend_options.threads = 2;
@@ -254,7 +255,7 @@ TEST(Int8, TheRecordedImageStageKeepsCodesBetweenBlocks) {
 // activations where int8's floats are f32 (they are bf16 on AMX and AMD, and an int8 conv reads and
 // writes them there), and an int8 output over an f32 residual.
 TEST(Int8, OpsRefuseBf16AndF32ResidualsAtAnInt8Conv) {
-  if (!cpu::has_int8_dot()) GTEST_SKIP() << "this CPU has no exact int8 dot product";
+  BEV_SKIP_UNLESS_RUNS(Precision::kInt8);
   auto backend = make_cpu_backend(1, Precision::kInt8);
   Ops ops(*backend);
   Conv2dAttrs a;
@@ -296,7 +297,7 @@ TEST(Int8, GoldenMicroStaysWithinItsBoundsStageByStage) {
   // those run in bf16 the bound bf16 precision is held to against f32 (3e-2,
   // BevFormerPlans.Bf16ReplayIsBitIdenticalToEagerAndNearF32). Measured: docs/PERF.md "int8
   // precision" and "The Xeon with AMX".
-  if (!cpu::has_int8_dot()) GTEST_SKIP() << "this CPU has no exact int8 dot product";
+  BEV_SKIP_UNLESS_RUNS(Precision::kInt8);
   const double after_backbone = cpu::float_arithmetic(Precision::kInt8) == Precision::kBF16 ? 3e-2 : 1e-2;
   GoldenOptions o;
   o.threads = 2;

@@ -366,7 +366,7 @@ TEST(Bottleneck, MixedDtypesAsTheImageStageHasThem) {
 // in s32 and a pixel's quantization does not depend on the strip, so it must equal the int8 convs
 // run one by one, and both must stay within 8-bit quantization's error of the f32 block.
 TEST(Bottleneck, Int8EqualsTheInt8ConvsRunOneByOne) {
-  if (!has_int8_dot()) GTEST_SKIP() << "this CPU has no exact int8 dot product";
+  BEV_SKIP_UNLESS_RUNS(Precision::kInt8);
   const Block f = block(11, 6, 11, true, 91);
   const Tensor x = random_tensor({2, 13, 9, 11}, 92, -1.0f, 1.0f);
   const Tensor y32 = conv_by_conv(f, x);

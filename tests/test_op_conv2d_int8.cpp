@@ -19,6 +19,7 @@
 #include "backend/cpu/onednn.h"
 #include "error_test_util.h"
 #include "kernel_test_util.h"
+#include "precision_test_util.h"
 
 namespace bev::cpu {
 namespace {
@@ -112,7 +113,7 @@ TEST(Conv2dInt8, QuantizeWeightsPerChannel) {
 }
 
 TEST(Conv2dInt8, QuantizeActivationsRoundsToEvenAndSaturates) {
-  if (!has_int8_dot()) GTEST_SKIP() << "no exact int8 dot product on this CPU (" << isa_name() << ")";
+  BEV_SKIP_UNLESS_RUNS(Precision::kInt8);
   const float s = 1.0f / 64;  // k/128 are ties exactly
   std::vector<float> xs;
   for (int k = -300; k <= 300; ++k) xs.push_back(static_cast<float>(k) / 128);  // ties and integers
@@ -140,7 +141,7 @@ struct Case {
 class Conv2dInt8Cases : public ::testing::TestWithParam<DType> {};
 
 TEST_P(Conv2dInt8Cases, MatchesTheIntegerReference) {
-  if (!has_int8_dot()) GTEST_SKIP() << "no exact int8 dot product on this CPU (" << isa_name() << ")";
+  BEV_SKIP_UNLESS_RUNS(Precision::kInt8);
   const DType act = GetParam();
   auto attrs = [](int s, int p, int d, int g, bool relu, bool res) {
     Conv2dAttrs a;
@@ -225,7 +226,7 @@ int64_t expect_codes_of(const Tensor& y, const Tensor& q, float step, const std:
 // a value across a rounding boundary, so a code may be one off where y / out_step lies within
 // 6 u S / out_step of a half-integer; anywhere else it must be exact.
 TEST(Conv2dInt8, U8OutputsAreTheCodesOfTheF32Output) {
-  if (!has_int8_dot()) GTEST_SKIP() << "no exact int8 dot product on this CPU (" << isa_name() << ")";
+  BEV_SKIP_UNLESS_RUNS(Precision::kInt8);
   std::mt19937 rng(7);
   Conv2dAttrs a;
   a.pad_h = a.pad_w = 1;
@@ -261,7 +262,7 @@ TEST(Conv2dInt8, U8OutputsAreTheCodesOfTheF32Output) {
 // input, the downsample's s8 output) under a u8 output, in place or apart, or under an f32 output.
 // Each equals the f32-output conv run on the residual's f32 value (step x code), then coded.
 TEST(Conv2dInt8, CodesInTheResidualAndTheOutput) {
-  if (!has_int8_dot()) GTEST_SKIP() << "no exact int8 dot product on this CPU (" << isa_name() << ")";
+  BEV_SKIP_UNLESS_RUNS(Precision::kInt8);
   std::mt19937 rng(11);
   const Tensor w = random_tensor({40, 24, 1, 1}, rng, -0.5f, 0.5f);
   const Tensor b = random_tensor({40}, rng, -3.0f, 3.0f);
@@ -344,7 +345,7 @@ INSTANTIATE_TEST_SUITE_P(Activations, Conv2dInt8Cases, ::testing::Values(DType::
 
 // An f32 input is quantized inside run() exactly as quantize() does it: the same bits out.
 TEST(Conv2dInt8, AnF32InputEqualsItsQuantizedInput) {
-  if (!has_int8_dot()) GTEST_SKIP() << "no exact int8 dot product on this CPU (" << isa_name() << ")";
+  BEV_SKIP_UNLESS_RUNS(Precision::kInt8);
   Conv2dAttrs a;
   a.pad_h = a.pad_w = 1;
   a.relu = true;
@@ -363,7 +364,7 @@ TEST(Conv2dInt8, AnF32InputEqualsItsQuantizedInput) {
 // already adds exactly as its f32 value; int8 codes under a bf16 output are dequantized into it,
 // which rounds them to bf16 first: within a bf16 step of the sum there.
 TEST(Conv2dInt8, Bf16FloatsAreTheF32ResultsRounded) {
-  if (!has_int8_dot()) GTEST_SKIP() << "no exact int8 dot product on this CPU (" << isa_name() << ")";
+  BEV_SKIP_UNLESS_RUNS(Precision::kInt8);
   const auto rounded = [](const Tensor& t) { return t.to(DType::kBF16).to(DType::kF32); };
   const auto bits_of_rounded = [](const Tensor& f32, const Tensor& bf16) {
     const Tensor r = f32.to(DType::kBF16);

@@ -5,16 +5,14 @@
 
 #include <charconv>
 #include <string>
+#include <type_traits>
 
 namespace bev {
 
-inline std::string number_text(double v) {
-  char buf[32];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
-}
-// A float's own shortest text ("3e+38", not the double's "3.0000000054977558e+38").
-inline std::string number_text(float v) {
+// A float gets its own shortest text ("3e+38", not the double's "3.0000000054977558e+38").
+template <typename T>
+  requires std::is_floating_point_v<T>
+std::string number_text(T v) {
   char buf[32];
   const auto r = std::to_chars(buf, buf + sizeof buf, v);
   return std::string(buf, r.ptr);

@@ -194,11 +194,7 @@ struct Conv2dInt8::State {
 Conv2dInt8::Conv2dInt8(const Tensor& weight_oihw, const Tensor* bias, const Conv2dAttrs& attrs, DType act,
                        float act_scale)
     : state_(std::make_unique<State>()) {
-  if (!has_int8_dot()) {
-    throw Error(ErrorKind::kUnsupported, "this CPU has no exact int8 dot product (oneDNN ISA " + isa_name() + ")")
-        .where("cpu::Conv2dInt8")
-        .expected("AVX-512 VNNI, AVX2 VNNI or AMX");
-  }
+  require_precision(Precision::kInt8);  // the registry's refusal, word for word
   State& s = *state_;
   if (act != DType::kU8 && act != DType::kI8) invalid(std::string("activation dtype ") + dtype_name(act), "u8 or i8");
   const auto normal_step = [](float step) { return step >= FLT_MIN && std::isfinite(step) && std::isfinite(1.0f / step); };

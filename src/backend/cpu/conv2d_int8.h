@@ -19,12 +19,11 @@
 #include <memory>
 #include <string>
 
+#include "backend/cpu/onednn.h"  // has_int8_dot, require_precision
 #include "backend/op.h"
 #include "core/tensor.h"
 
 namespace bev::cpu {
-
-bool has_int8_dot();  // backend/cpu/onednn.h
 
 class Conv2dInt8 {
  public:

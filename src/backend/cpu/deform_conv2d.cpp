@@ -503,7 +503,8 @@ void DeformConv2d::run(const Tensor& x, const Tensor& offset_mask, Tensor& y, Th
   const int64_t budget_rows = std::max<int64_t>(1, static_cast<int64_t>(s.col_budget / dtype_size(col_dtype)) / row_len);
   int64_t tiles = (rows + budget_rows - 1) / budget_rows;
   int64_t tile = (rows + tiles - 1) / tiles;
-  const bool quantized = rows > kRowQuantum && budget_rows >= kRowQuantum;
+  // (RowGemm runs any row count alike: no padded tile for it.)
+  const bool quantized = !s.row_gemm && rows > kRowQuantum && budget_rows >= kRowQuantum;
   if (quantized) {
     tile = std::max(kRowQuantum, tile / kRowQuantum * kRowQuantum);  // <= budget_rows
     tiles = (rows + tile - 1) / tile;
