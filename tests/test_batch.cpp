@@ -112,7 +112,7 @@ void run_and_compare(LoadedModel& batched, LoadedModel& alone, const std::vector
         which.push_back(i);
       }
     }
-    const std::vector<SampleOutput> got = batched.runner().forward_batch(samples, {nullptr, true});
+    const std::vector<SampleOutput> got = batched.runner().forward_batch(samples, {nullptr, true, true});
     ASSERT_EQ(got.size(), samples.size());
     for (size_t s = 0; s < samples.size(); ++s) {
       const std::string where = what + ", round " + std::to_string(r) + ", " + drives[which[s]].name;
@@ -225,7 +225,7 @@ TEST_F(BatchGolden, PlansReplayForAnyMixAndGrowTheirCapacityWhenARigNeedsIt) {
         which.push_back(i);
       }
     }
-    const std::vector<SampleOutput> got = batched.runner().forward_batch(samples, {nullptr, true});
+    const std::vector<SampleOutput> got = batched.runner().forward_batch(samples, {nullptr, true, true});
     // Round 0 records batch 2 at the narrow rigs' capacity; round 1 needs the golden rig's and
     // re-records batch 2; round 2 is batch 3.
     const int64_t b = static_cast<int64_t>(samples.size());
@@ -259,7 +259,7 @@ TEST_F(BatchGolden, ASampleThatFailsFailsAlone) {
     std::vector<FrameInput> r0 = {frames_[0], on_other_rig(frames_[0], 1.05), moved(frames_[0], 1, 2)};
     std::vector<BatchSample> s0;
     for (size_t i = 0; i < 3; ++i) s0.push_back({&r0[i], &hb[i]});
-    for (const SampleOutput& o : batched.runner().forward_batch(s0, {nullptr, true})) ASSERT_FALSE(o.error);
+    for (const SampleOutput& o : batched.runner().forward_batch(s0, {nullptr, true, true})) ASSERT_FALSE(o.error);
     for (size_t i = 0; i < 3; ++i) alone.forward(r0[i], ha[i]);
     const Tensor kept_bev = backend->read(hb[1].prev_bev);
     // Round 1: sample 1's CAN bus is at float32's limit (its queries overflow in the bev stage); sample 2 has one camera too few.
@@ -269,7 +269,7 @@ TEST_F(BatchGolden, ASampleThatFailsFailsAlone) {
     r1[2].img = r1[2].img.slice(0, 0, r1[2].img.size(0) - 1).contiguous();
     std::vector<BatchSample> s1;
     for (size_t i = 0; i < 3; ++i) s1.push_back({&r1[i], &hb[i]});
-    const std::vector<SampleOutput> got = batched.runner().forward_batch(s1, {nullptr, true});
+    const std::vector<SampleOutput> got = batched.runner().forward_batch(s1, {nullptr, true, true});
     ASSERT_FALSE(got[0].error);
     Comparison c;
     expect_equal(got[0].output, alone.forward(r1[0], ha[0]), replay ? "replay" : "eager", c);
@@ -290,7 +290,7 @@ TEST_F(BatchGolden, ASampleThatFailsFailsAlone) {
     EXPECT_TRUE(identical(backend->read(hb[1].prev_bev), kept_bev));
     std::vector<FrameInput> r2 = {on_other_rig(frames_[1], 1.05), moved(frames_[1], 1, 2)};
     const std::vector<BatchSample> s2 = {{&r2[0], &hb[1]}, {&r2[1], &hb[2]}};
-    const std::vector<SampleOutput> again = batched.runner().forward_batch(s2, {nullptr, true});
+    const std::vector<SampleOutput> again = batched.runner().forward_batch(s2, {nullptr, true, true});
     for (size_t i = 0; i < 2; ++i) {
       ASSERT_FALSE(again[i].error);
       expect_equal(again[i].output, alone.forward(r2[i], ha[i + 1]), "after the failure", c);
@@ -323,7 +323,7 @@ TEST_F(BatchGolden, AdaptiveBatchingRunsTheFastestMeasuredSize) {
   std::vector<StreamHistory> hb(4), ha(4);
   std::vector<BatchSample> s;
   for (size_t i = 0; i < 4; ++i) s.push_back({&in[i], &hb[i]});
-  const std::vector<SampleOutput> got = runner.forward_batch(s, {nullptr, true});
+  const std::vector<SampleOutput> got = runner.forward_batch(s, {nullptr, true, true});
   Comparison c;
   for (size_t i = 0; i < 4; ++i) {
     ASSERT_FALSE(got[i].error);
@@ -360,7 +360,7 @@ TEST_F(BatchGolden, ImagesOfDifferentSizesRunApart) {
   const std::vector<FrameInput> in = {f, wider, moved(f, 2, 1)};
   std::vector<BatchSample> s;
   for (size_t i = 0; i < 3; ++i) s.push_back({&in[i], &hb[i]});
-  const std::vector<SampleOutput> got = batched.runner().forward_batch(s, {nullptr, true});
+  const std::vector<SampleOutput> got = batched.runner().forward_batch(s, {nullptr, true, true});
   Comparison c;
   for (size_t i = 0; i < 3; ++i) {
     ASSERT_FALSE(got[i].error);

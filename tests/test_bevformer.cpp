@@ -37,7 +37,7 @@ bool all_finite(const Tensor& t) {
 }
 
 bool identical(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+  return a.defined() && b.defined() && a.shape() == b.shape() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
 }
 
 void expect_sane(const ModelConfig& cfg, const FrameOutput& out) {

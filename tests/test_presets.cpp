@@ -52,7 +52,7 @@ INSTANTIATE_TEST_SUITE_P(Published, Preset,
                          [](const auto& param_info) { return std::string(param_info.param.first); });
 
 bool identical(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+  return a.defined() && b.defined() && a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
 }
 
 // Plans are recorded on frame 0 (image, bev first frame) and frame 1 (bev with history), then

@@ -26,7 +26,6 @@
 #include "eval/shard.h"
 #include "io/byte_source.h"
 #include "io/frame_json.h"
-#include "runtime/engine.h"
 #include "core/log.h"
 #include "render/render.h"
 #include "render/video.h"

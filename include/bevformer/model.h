@@ -91,6 +91,12 @@ struct DetectOptions {
   std::string dump_dir;
 };
 
+// Frames (by their streams, in order) into batches: each stream's frames in order, one per
+// batch, a frame in the earliest batch after its stream's previous one that has room for it
+// (at most max_batch frames). Returns the frames' indices per batch: how Model::detect_batch
+// groups them, and how a caller that reads frames lazily (the CLI) can read one batch at a time.
+std::vector<std::vector<size_t>> batch_rounds(const std::vector<std::string>& streams, int max_batch);
+
 // One frame's outcome in Model::detect_batch: its detections, or the error it failed with (its
 // stream's history then as it was).
 struct FrameOutcome {

@@ -142,6 +142,7 @@ struct ProfileReport {
   double image_ms = 0, bev_ms = 0;
   double stage_sum_ms = 0;  // the stages' op time; the rest of the frame lies between ops
   double forward_ms = 0;    // the last warm-up forward(): host geometry, input copies and both stages
+  int host_waits_per_frame = 0;  // how often that forward() waited for the backend (1: where its results left)
   double peak_gflops = 0;   // measured matmul rate of this machine at this precision
   double peak_gbps = 0;     // measured copy bandwidth (bytes read + written per second)
   double gflop_per_frame = 0, gbyte_per_frame = 0;

@@ -121,6 +121,7 @@ nlohmann::json run_json(const ProfileOptions& o, const ProfileReport& r, const B
           {"input", r.input},
           {"detections", r.detections},
           {"forward_ms", r.forward_ms},
+          {"host_waits_per_frame", r.host_waits_per_frame},
           {"frame_ms", r.frame_ms},
           {"signposts", r.signposts},
           {"stages", std::move(stages)},
@@ -190,6 +191,7 @@ ProfileReport run_profile(const ProfileOptions& o) {
     const auto t0 = std::chrono::steady_clock::now();
     const FrameOutput out = model.forward(frame);
     report.forward_ms = ms_since(t0);
+    report.host_waits_per_frame = out.host_waits;
     report.detections = out.detections.size();
     log_info("profile: warm-up frame ", k + 1, " of ", o.frames, ": ", report.forward_ms, " ms",
              out.used_history ? " (history in use)" : "");

@@ -68,6 +68,13 @@ Tensor Backend::upload(const Tensor& host) {
   return t;
 }
 
+std::vector<Tensor> Backend::read_all(std::span<const Tensor> srcs) {
+  std::vector<Tensor> out;
+  out.reserve(srcs.size());
+  for (const Tensor& t : srcs) out.push_back(read(t));
+  return out;
+}
+
 void Backend::check_write(const Tensor& dst, const Tensor& host_src) const {
   if (!dst.defined() || !host_src.defined() || dst.shape() != host_src.shape() || dst.dtype() != host_src.dtype() ||
       !dst.is_contiguous() || dst.device() != device() || host_src.device() != Device::kCpu) {

@@ -73,6 +73,10 @@ class Backend {
   virtual void write(const Tensor& dst, const Tensor& host_src) = 0;
   // backend -> host: a new contiguous host tensor holding `src` (which may be a strided view).
   virtual Tensor read(const Tensor& src) = 0;
+  // Several results at once, with one wait for all of them: where a frame's results leave the
+  // engine (a device backend enqueues every copy, then waits once). The default reads each in
+  // turn, which on the CPU is the same thing.
+  virtual std::vector<Tensor> read_all(std::span<const Tensor> srcs);
   // On the device: `dst` (contiguous) = `src`, same shape and dtype.
   virtual void copy(const Tensor& dst, const Tensor& src) = 0;
   // Returns when everything issued so far has finished (reads and writes above already have).

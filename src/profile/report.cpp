@@ -493,6 +493,7 @@ nlohmann::json summary_json(const ProfileReport& r) {
               {"bev_ms", r.bev_ms},
               {"stage_sum_ms", r.stage_sum_ms},
               {"forward_ms", r.forward_ms},
+              {"host_waits_per_frame", r.host_waits_per_frame},
               {"peak_gflops", r.peak_gflops},
               {"peak_gbps", r.peak_gbps},
               {"gflop_per_frame", r.gflop_per_frame},
@@ -530,8 +531,9 @@ std::string summary_markdown(const ProfileReport& r, int top_ops) {
                r.bev_ms);
   md += format("| stages' op time | %.2f ms (%.1f%% of the frame; the rest lies between ops) |\n", r.stage_sum_ms,
                percent(r.stage_sum_ms, r.frame_ms));
-  md += format("| forward() of the last warm-up frame | %.2f ms (host geometry, input copies, both stages) |\n",
-               r.forward_ms);
+  md += format("| forward() of the last warm-up frame | %.2f ms (host geometry, input copies, both stages); "
+               "the host waited for the backend %d time(s) |\n",
+               r.forward_ms, r.host_waits_per_frame);
   if (r.eager) md += format("| eager forward() with history | %.2f ms |\n", r.eager_frame_ms);
   md += format("| work per frame | %.2f GFLOP, %.2f GB moved (from shapes), %zu ops |\n", r.gflop_per_frame,
                r.gbyte_per_frame, r.ops_per_frame);

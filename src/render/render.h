@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "io/detection.h"
 #include "io/detections_json.h"
-#include "model/coder.h"
 
 namespace bev {
 

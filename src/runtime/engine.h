@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/registry.h"
+#include "bevformer/model.h"
 #include "io/detections_json.h"
 #include "io/frame_json.h"
 #include "model/bevformer.h"
@@ -69,11 +70,6 @@ struct FrameResult {
   // Wall time (seconds): decoding and preprocessing, host geometry, the two stages, decoding boxes.
   double prepare_seconds = 0, geometry_seconds = 0, image_seconds = 0, bev_seconds = 0, decode_seconds = 0;
 };
-
-// Frames (by their streams, in order) into batches: each stream's frames in order, one per
-// batch, a frame in the earliest batch after its stream's previous one that has room for it
-// (at most max_batch frames). Returns the frames' indices per batch.
-std::vector<std::vector<size_t>> batch_rounds(const std::vector<std::string>& streams, int max_batch);
 
 class Engine {
  public:

@@ -20,6 +20,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+constexpr const char* kImageWhat = "the flattened camera features";
+constexpr const char* kBevWhat = "the new BEV (bev_embed)";
+
 // A stage's numbers blew up (weights or inputs at float32's limits): the frame fails, naming the
 // stage, before anything of it is answered or kept as history.
 Error nonfinite_error(int64_t n, const char* stage, const char* what) {
@@ -29,16 +32,14 @@ Error nonfinite_error(int64_t n, const char* stage, const char* what) {
       .hint("the stream's history is unchanged; inputs or weights at the limits of float32 do this");
 }
 
-void check_finite(Backend& backend, const Tensor& count, const char* stage, const char* what,
-                  std::atomic<uint64_t>& failures) {
-  const int64_t n = backend.read(count).data<int64_t>()[0];
-  if (n == 0) return;
+// The frame's non-finite counts (read with its results), as the error of the first stage whose
+// count is not zero; null when both are sound.
+std::exception_ptr nonfinite(int64_t image_count, int64_t bev_count, std::atomic<uint64_t>& failures) {
+  if (image_count == 0 && bev_count == 0) return nullptr;
   ++failures;
-  throw nonfinite_error(n, stage, what);
+  return std::make_exception_ptr(image_count != 0 ? nonfinite_error(image_count, "image", kImageWhat)
+                                                  : nonfinite_error(bev_count, "bev", kBevWhat));
 }
-
-constexpr const char* kImageWhat = "the flattened camera features";
-constexpr const char* kBevWhat = "the new BEV (bev_embed)";
 
 // `t` read through `binding`: a view of the bound slot addresses the binding's target instead
 // (after an execution the slot is unbound again, and its own memory holds nothing of the frame).
@@ -59,6 +60,8 @@ struct StagedFrame::State {
   std::array<double, 18> can_bus{};
   std::string scene_token;
   std::vector<ScaInputs> sca;  // eager: the image stage's outputs (replay: in the lane's stage)
+  Tensor nonfinite;            // the image stage's count, read with the frame's results
+  int host_waits = 0;          // taps read so far
   Clock::time_point started;
   double image_seconds = 0;
 
@@ -118,13 +121,56 @@ struct StageRunner::Impl {
   };
 
   // Host copies of `refs` (resolved in `stage`, read through `bindings`) into `out`.
-  void read_taps(const Taps& refs, const RecordedStage* stage, std::span<const StageBinding> bindings, Taps& out) {
+  // Returns how often it waited for the backend.
+  int read_taps(const Taps& refs, const RecordedStage* stage, std::span<const StageBinding> bindings, Taps& out) {
+    int waits = 0;
     for (const auto& [name, t] : refs.all()) {
       Tensor v = stage ? stage->resolve(t) : t;
       for (const StageBinding& b : bindings) v = through(v, b);
       // Host-side geometry is host memory already; everything else is the backend's.
-      out.put(name, v.device() == Device::kCpu && v.storage()->device() == Device::kCpu ? v.clone() : backend.read(v));
+      const bool host = v.device() == Device::kCpu && v.storage()->device() == Device::kCpu;
+      out.put(name, host ? v.clone() : backend.read(v));
+      waits += host ? 0 : 1;
     }
+    return waits;
+  }
+
+  // What leaves the engine of a bev stage's execution, in one wait: the non-finite counts of the
+  // image stage (`image_nonfinite`) and the bev stage, each sample's boxes and top-k, and what
+  // `reads` asks for (the heads' outputs; the new BEV `new_bev`, [B*HW, C], a sample's rows each).
+  struct Results {
+    std::vector<int64_t> image_nonfinite, bev_nonfinite;  // per sample
+    Tensor last_preds, all_cls, all_preds;
+    std::vector<Tensor> top_scores, top_index, bev_embed;  // per sample
+  };
+  Results read_results(const Tensor& image_nonfinite, const BevOutputs& bev, const Tensor& new_bev, int64_t batch,
+                       const FrameReads& reads) {
+    const int64_t hw = bev_cells();
+    std::vector<Tensor> srcs = {image_nonfinite, bev.nonfinite, bev.last_preds};
+    srcs.insert(srcs.end(), bev.top_scores.begin(), bev.top_scores.end());
+    srcs.insert(srcs.end(), bev.top_index.begin(), bev.top_index.end());
+    const bool heads = reads.heads || reads.taps;
+    if (heads) {
+      srcs.push_back(bev.all_cls);
+      srcs.push_back(bev.all_preds);
+    }
+    const bool bev_embed = reads.bev_embed || reads.taps;
+    for (int64_t b = 0; bev_embed && b < batch; ++b) srcs.push_back(new_bev.slice(0, b * hw, (b + 1) * hw));
+    std::vector<Tensor> got = backend.read_all(srcs);
+    Results r;
+    size_t k = 0;
+    const Tensor image_counts = std::move(got[k++]), bev_counts = std::move(got[k++]);
+    r.image_nonfinite.assign(image_counts.data<int64_t>(), image_counts.data<int64_t>() + batch);
+    r.bev_nonfinite.assign(bev_counts.data<int64_t>(), bev_counts.data<int64_t>() + batch);
+    r.last_preds = std::move(got[k++]);
+    for (int64_t b = 0; b < batch; ++b) r.top_scores.push_back(std::move(got[k++]));
+    for (int64_t b = 0; b < batch; ++b) r.top_index.push_back(std::move(got[k++]));
+    if (heads) {
+      r.all_cls = std::move(got[k++]);
+      r.all_preds = std::move(got[k++]);
+    }
+    for (int64_t b = 0; bev_embed && b < batch; ++b) r.bev_embed.push_back(std::move(got[k++]));
+    return r;
   }
 
   void check_history(const StreamHistory& history) const {
@@ -158,15 +204,15 @@ struct StageRunner::Impl {
       ImageRecording& s = stages.image(st->lane, f.img.shape(), reads.taps != nullptr);
       backend.write(s.img, f.img);
       backend.execute(s.stage);
-      check_finite(backend, s.out.nonfinite, "image", kImageWhat, nonfinite_frames);
-      if (reads.taps) read_taps(s.taps, &s.stage, {}, *reads.taps);
+      st->nonfinite = s.out.nonfinite;
+      if (reads.taps) st->host_waits += read_taps(s.taps, &s.stage, {}, *reads.taps);
     } else {
       Ops eager(backend);
       Taps taps;
       ImageOutputs out = model.image_stage(eager, backend.upload(f.img), reads.taps ? &taps : nullptr);
-      check_finite(backend, out.nonfinite, "image", kImageWhat, nonfinite_frames);
+      st->nonfinite = out.nonfinite;
       st->sca = std::move(out.sca);
-      if (reads.taps) read_taps(taps, nullptr, {}, *reads.taps);
+      if (reads.taps) st->host_waits += read_taps(taps, nullptr, {}, *reads.taps);
     }
     st->image_seconds = seconds_since(st->started);
     return st;
@@ -200,7 +246,9 @@ struct StageRunner::Impl {
     out.geometry_seconds = seconds_since(t_part);
 
     t_part = Clock::now();
-    Tensor new_bev, last_preds, top_scores, top_index;
+    out.host_waits = st->host_waits;
+    Results res;
+    Tensor history_bev;  // eager: the new BEV, in the eager run's memory
     if (replay) {
       const ScaQueryLists& lists = rig->geometry.queries;
       BevRecording& s = stages.bev(st->lane, use_prev, reads.taps != nullptr, lists.max_len, lists.reference.size(2));
@@ -212,15 +260,13 @@ struct StageRunner::Impl {
       BevBindings bound;
       const std::span<const StageBinding> bindings = bev_bindings(bound, s, spare_bev, s.last_lists, history.prev_bev);
       backend.execute(s.stage, bindings);
-      check_finite(backend, s.out.nonfinite, "bev", kBevWhat, nonfinite_frames);
       s.last_bev = spare_bev;
-      new_bev = spare_bev;
-      out.all_cls_scores = backend.read(s.out.all_cls);
-      out.all_bbox_preds = backend.read(s.out.all_preds);
-      last_preds = backend.read(s.out.last_preds);
-      top_scores = backend.read(s.out.top_scores[0]);
-      top_index = backend.read(s.out.top_index[0]);
-      if (reads.taps) read_taps(s.taps, &s.stage, bindings, *reads.taps);
+      res = read_results(st->nonfinite, s.out, spare_bev, 1, reads);
+      ++out.host_waits;
+      if (const std::exception_ptr e = nonfinite(res.image_nonfinite[0], res.bev_nonfinite[0], nonfinite_frames)) {
+        std::rethrow_exception(e);
+      }
+      if (reads.taps) out.host_waits += read_taps(s.taps, &s.stage, bindings, *reads.taps);
     } else {
       EncoderInputs in;
       in.can_bus = backend.upload(step.can_bus);
@@ -241,21 +287,22 @@ struct StageRunner::Impl {
       Ops eager(backend);
       Taps taps;
       const BevOutputs r = model.bev_stage(eager, in, reads.taps ? &taps : nullptr);
-      check_finite(backend, r.nonfinite, "bev", kBevWhat, nonfinite_frames);
-      new_bev = r.bev_embed;
-      out.all_cls_scores = backend.read(r.all_cls);
-      out.all_bbox_preds = backend.read(r.all_preds);
-      last_preds = backend.read(r.last_preds);
-      top_scores = backend.read(r.top_scores[0]);
-      top_index = backend.read(r.top_index[0]);
-      if (reads.taps) read_taps(taps, nullptr, {}, *reads.taps);
+      res = read_results(st->nonfinite, r, r.bev_embed, 1, reads);
+      ++out.host_waits;
+      if (const std::exception_ptr e = nonfinite(res.image_nonfinite[0], res.bev_nonfinite[0], nonfinite_frames)) {
+        std::rethrow_exception(e);
+      }
+      if (reads.taps) out.host_waits += read_taps(taps, nullptr, {}, *reads.taps);
+      history_bev = r.bev_embed;
     }
-    if (reads.bev_embed || reads.taps) out.bev_embed = backend.read(new_bev);
+    out.all_cls_scores = std::move(res.all_cls);
+    out.all_bbox_preds = std::move(res.all_preds);
+    if (!res.bev_embed.empty()) out.bev_embed = std::move(res.bev_embed[0]);
     st.reset();  // the lane's outputs are read: the next frame's image stage may take it
     out.bev_seconds = seconds_since(t_part);
 
     t_part = Clock::now();
-    out.detections = model.decode(top_scores, top_index, last_preds);
+    out.detections = model.decode(res.top_scores[0], res.top_index[0], res.last_preds);
     out.decode_seconds = seconds_since(t_part);
     out.used_history = use_prev;
 
@@ -264,7 +311,7 @@ struct StageRunner::Impl {
     if (replay) {
       std::swap(history.prev_bev, spare_bev);  // the old history is the next frame's output buffer
     } else {
-      history.prev_bev = new_bev;
+      history.prev_bev = history_bev;
     }
     return out;
   }
@@ -323,7 +370,7 @@ struct StageRunner::Impl {
         backend.write(st->image->img.slice(0, b * cams, (b + 1) * cams), samples[rows[static_cast<size_t>(b)].index].frame->img);
       }
       backend.execute(st->image->stage);
-      img_nonfinite = backend.read(st->image->out.nonfinite);
+      img_nonfinite = st->image->out.nonfinite;
     } else {
       Tensor img = Tensor::empty(img_shape, DType::kF32);
       const size_t per = static_cast<size_t>(img.nbytes() / static_cast<size_t>(batch));
@@ -333,7 +380,7 @@ struct StageRunner::Impl {
       }
       Ops eager(backend);
       eager_image = model.image_stage(eager, backend.upload(img), nullptr);
-      img_nonfinite = backend.read(eager_image.nonfinite);
+      img_nonfinite = eager_image.nonfinite;
     }
     const double image_seconds = seconds_since(t_part);
 
@@ -379,15 +426,9 @@ struct StageRunner::Impl {
       eager_bev = model.bev_stage(eager, in, nullptr);
       out = &eager_bev;
     }
-    const Tensor bev_nonfinite = backend.read(out->nonfinite);
-    const Tensor all_cls = backend.read(out->all_cls), all_preds = backend.read(out->all_preds);
-    const Tensor last_preds = backend.read(out->last_preds);
-    const int64_t queries = last_preds.size(0) / batch;
-    std::vector<Tensor> top_scores, top_index;
-    for (int64_t b = 0; b < batch; ++b) {
-      top_scores.push_back(backend.read(out->top_scores[static_cast<size_t>(b)]));
-      top_index.push_back(backend.read(out->top_index[static_cast<size_t>(b)]));
-    }
+    // The new BEVs are read from the stage's output (what the histories get a copy of).
+    const Results res = read_results(img_nonfinite, *out, out->bev_embed, batch, reads);
+    const int64_t queries = res.last_preds.size(0) / batch;
     const double bev_seconds = seconds_since(t_part);
     note_timing(batch, image_seconds + bev_seconds);
 
@@ -395,14 +436,10 @@ struct StageRunner::Impl {
       const BatchRow& r = rows[static_cast<size_t>(b)];
       SampleOutput& result = results[r.index];
       result.batch_size = batch;
-      if (const int64_t n = img_nonfinite.data<int64_t>()[b]; n != 0) {
-        ++nonfinite_frames;
-        result.error = std::make_exception_ptr(nonfinite_error(n, "image", kImageWhat));
-        continue;
-      }
-      if (const int64_t n = bev_nonfinite.data<int64_t>()[b]; n != 0) {
-        ++nonfinite_frames;
-        result.error = std::make_exception_ptr(nonfinite_error(n, "bev", kBevWhat));
+      result.output.host_waits = 1;
+      const size_t k = static_cast<size_t>(b);
+      if (std::exception_ptr e = nonfinite(res.image_nonfinite[k], res.bev_nonfinite[k], nonfinite_frames)) {
+        result.error = std::move(e);
         continue;
       }
       StreamHistory& history = *samples[r.index].history;
@@ -417,12 +454,14 @@ struct StageRunner::Impl {
       o.image_seconds = image_seconds;
       o.bev_seconds = bev_seconds;
       o.used_history = r.step.step.use_prev_bev;
-      o.all_cls_scores = all_cls.slice(1, b * queries, (b + 1) * queries).contiguous();
-      o.all_bbox_preds = all_preds.slice(1, b * queries, (b + 1) * queries).contiguous();
-      if (reads.bev_embed) o.bev_embed = backend.read(history.prev_bev);
+      if (res.all_cls.defined()) {
+        o.all_cls_scores = res.all_cls.slice(1, b * queries, (b + 1) * queries).contiguous();
+        o.all_bbox_preds = res.all_preds.slice(1, b * queries, (b + 1) * queries).contiguous();
+      }
+      if (!res.bev_embed.empty()) o.bev_embed = res.bev_embed[k];
       const auto t_decode = Clock::now();
-      o.detections = model.decode(top_scores[static_cast<size_t>(b)], top_index[static_cast<size_t>(b)],
-                                  last_preds.slice(0, b * queries, (b + 1) * queries).contiguous());
+      o.detections = model.decode(res.top_scores[k], res.top_index[k],
+                                  res.last_preds.slice(0, b * queries, (b + 1) * queries).contiguous());
       o.decode_seconds = seconds_since(t_decode);
       history.state = r.next_state;
       history.state.has_prev_bev = true;

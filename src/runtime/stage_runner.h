@@ -34,14 +34,18 @@ namespace bev {
 struct FrameReads {
   Taps* taps = nullptr;    // every golden-set tensor the frame produces, as host copies
   bool bev_embed = false;  // FrameOutput::bev_embed (a copy of the new history)
+  bool heads = false;      // FrameOutput::all_cls_scores and all_bbox_preds (every decoder layer's)
 };
 
 struct FrameOutput {
   std::vector<Detection> detections;  // NMSFreeCoder output of the last layer, by score
   bool used_history = false;          // TSA saw the previous BEV
-  Tensor all_cls_scores;  // host f32 [layers, Q, classes]: logits
-  Tensor all_bbox_preds;  // host f32 [layers, Q, code_size]: centres in metres (spec §2.13)
+  Tensor all_cls_scores;  // host f32 [layers, Q, classes]: logits, when FrameReads::heads or taps asked
+  Tensor all_bbox_preds;  // host f32 [layers, Q, code_size]: centres in metres (spec §2.13), likewise
   Tensor bev_embed;       // host f32 [HW, C], when FrameReads::bev_embed or taps asked for it
+  // How often the host waited for the backend during this frame (a batch's samples share their
+  // batch's waits): 1, where its results left the engine, unless taps asked for more.
+  int host_waits = 0;
   // Wall time of the parts of this frame (seconds): host geometry, the two stages (inputs
   // written, executed, outputs read back), and decoding the boxes.
   double geometry_seconds = 0, image_seconds = 0, bev_seconds = 0, decode_seconds = 0;

@@ -1,0 +1,121 @@
+// The runtime's contract with a backend that runs asynchronously (issue 46): the host waits for
+// the backend once per frame, where the frame's results leave the engine (its boxes and both
+// stages' non-finite counts together), and once per batch; only taps ask for more. Counted by
+// a decorator that sees every wait the runner makes, replayed and eager, plain and pipelined.
+#include <gtest/gtest.h>
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/foreign/foreign_backend.h"
+#include "backend/forwarding_backend.h"
+#include "engine_test_util.h"
+#include "io/checkpoint.h"
+#include "model/config.h"
+#include "model/synthetic.h"
+
+namespace bev {
+namespace {
+
+// Counts the calls that make the host wait for the backend's work: reads and synchronize.
+class WaitCounter : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  Tensor read(const Tensor& src) override {
+    ++waits;
+    return inner_.read(src);
+  }
+  std::vector<Tensor> read_all(std::span<const Tensor> srcs) override {
+    ++waits;
+    return inner_.read_all(srcs);
+  }
+  void synchronize() override {
+    ++waits;
+    inner_.synchronize();
+  }
+  int waits = 0;
+};
+
+ModelConfig micro() { return load_config(std::string(BEV_SHARED_DIR) + "/golden/micro/config.json"); }
+
+// `inner`'s frames, replayed and eager, plain and pipelined. `foreign`: its memory is not the
+// host's, so that taps there are reads of their own.
+void expect_one_wait_per_frame(Backend& inner, bool foreign) {
+  const ModelConfig cfg = micro();
+  const Checkpoint ck = random_checkpoint(cfg, 46);
+  for (const bool replay : {true, false}) {
+    for (const bool pipelined : {false, true}) {
+      const std::string what = std::string(inner.name()) + ", " + (replay ? "replayed" : "eager") +
+                               (pipelined ? ", pipelined" : "");
+      WaitCounter counter(inner);
+      testing::LoadedModel model(cfg, ck, counter, replay, pipelined);
+      StageRunner& runner = model.runner();
+      for (int k = 0; k < 4; ++k) {
+        const FrameInput f = synthetic_frame(cfg, 46, k);
+        counter.waits = 0;
+        FrameOutput out;
+        if (k % 2 == 0) {
+          out = runner.forward(f);  // detections only: what the engine asks
+        } else {
+          // Everything a test compares (heads and the new BEV) leaves in the same wait.
+          out = runner.run_bev(f, runner.run_image(f), {nullptr, true, true});
+          EXPECT_TRUE(out.bev_embed.defined() && out.all_cls_scores.defined()) << what;
+        }
+        EXPECT_EQ(counter.waits, 1) << what << ", frame " << k;
+        EXPECT_EQ(out.host_waits, 1) << what << ", frame " << k;
+        EXPECT_EQ(out.used_history, k > 0) << what;
+        EXPECT_FALSE(out.detections.empty()) << what;
+        if (k % 2 == 0) {
+          EXPECT_FALSE(out.all_cls_scores.defined() || out.bev_embed.defined()) << what << ": read without being asked";
+        }
+      }
+      // Taps read every golden tensor, each a wait of its own where backend memory is not the
+      // host's: counted, not hidden.
+      Taps taps;
+      counter.waits = 0;
+      const FrameOutput tapped = runner.forward(synthetic_frame(cfg, 46, 4), {&taps});
+      EXPECT_FALSE(taps.all().empty()) << what;
+      EXPECT_EQ(tapped.host_waits, counter.waits) << what;
+      if (foreign) {
+        EXPECT_GT(tapped.host_waits, 1) << what;
+      }
+    }
+  }
+}
+
+TEST(FramePath, OneHostWaitPerFrame) {
+  expect_one_wait_per_frame(*make_cpu_backend(2, Precision::kF32), false);
+  expect_one_wait_per_frame(*make_foreign_backend(2, Precision::kF32), true);
+}
+
+TEST(FramePath, OneHostWaitPerBatch) {
+  const ModelConfig cfg = micro();
+  const Checkpoint ck = random_checkpoint(cfg, 47);
+  auto cpu = make_cpu_backend(2, Precision::kF32);
+  for (const bool replay : {true, false}) {
+    WaitCounter counter(*cpu);
+    testing::LoadedModel model(cfg, ck, counter, replay);
+    std::vector<StreamHistory> histories(3);
+    for (int k = 0; k < 3; ++k) {
+      std::vector<FrameInput> frames;
+      for (int s = 0; s < 3; ++s) frames.push_back(synthetic_frame(cfg, 47 + s, k));
+      std::vector<BatchSample> samples;
+      for (size_t s = 0; s < 3; ++s) samples.push_back({&frames[s], &histories[s]});
+      counter.waits = 0;
+      const std::vector<SampleOutput> got = model.runner().forward_batch(samples, {nullptr, k == 2, k == 2});
+      EXPECT_EQ(counter.waits, 1) << (replay ? "replayed" : "eager") << ", batch " << k;
+      for (const SampleOutput& o : got) {
+        ASSERT_FALSE(o.error);
+        EXPECT_EQ(o.batch_size, 3);
+        EXPECT_EQ(o.output.host_waits, 1);
+        EXPECT_EQ(o.output.bev_embed.defined(), k == 2);
+        EXPECT_EQ(o.output.all_bbox_preds.defined(), k == 2);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace bev
