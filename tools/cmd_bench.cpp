@@ -22,15 +22,11 @@ Runner add_bench(CLI::App& app) {
       "bench", "Time full-size frames on a synthetic drive: median/p90 latency, fps, stages, FLOP floor, peak RSS");
   sub->add_option("--config", o->config, "tiny | small | base | upstream-style config JSON")->capture_default_str();
   sub->add_option("--weights", o->weights, "Checkpoint (default: seeded random weights of the config)");
-  add_backend_option(sub, o->backend);
-  add_precision_options(sub, o->precision, o->calibration);
+  add_engine_options(sub, *o);
   sub->add_option("--frames", o->frames, "Timed frames")->capture_default_str()->check(CLI::Range(1, 100000));
   sub->add_option("--warmup", o->warmup, "Untimed frames first (>= 2: plans recorded, history in use)")
       ->capture_default_str()
       ->check(CLI::Range(2, 1000));
-  sub->add_option("--threads", o->threads, "CPU threads (0: one per hardware thread)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1024));
   sub->add_option("--seed", o->seed, "Seed of the random weights and the synthetic frames")->capture_default_str();
   sub->add_flag("--eager", o->eager, "Run every frame eagerly instead of replaying the recorded stages");
   sub->add_flag("--pipeline", o->pipeline,

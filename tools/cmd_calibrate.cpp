@@ -22,10 +22,7 @@ Runner add_calibrate(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
   sub->add_option("--seed", o->seed, "Seed of the random weights and the synthetic drive")->capture_default_str();
-  sub->add_option("--threads", o->threads, "CPU threads (0: one per hardware thread)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1024));
-  add_backend_option(sub, o->backend);
+  add_engine_options(sub, *o, /*precision=*/false);  // calibration measures in f32
   sub->add_option("-o,--output", o->output, "The calibration file to write")->required();
   return [o]() {
     check_writable(o->output, "-o");  // before the drive runs

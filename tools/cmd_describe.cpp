@@ -14,8 +14,7 @@ namespace {
 struct DescribeArgs {
   std::string config = "tiny";
   std::string weights;
-  int threads = 0;
-  std::string backend = "cpu";
+  EngineKnobs knobs;
   bool summary = false;
 };
 
@@ -27,13 +26,11 @@ Runner add_describe(CLI::App& app) {
       "describe", "Show the recorded stages: ops, shapes, arena buffers and size, weight bytes (records on synthetic frames)");
   sub->add_option("--config", a->config, "tiny | small | base | upstream-style config JSON")->capture_default_str();
   sub->add_option("--weights", a->weights, "Checkpoint (default: seeded random weights of the config)");
-  sub->add_option("--threads", a->threads, "CPU threads (0: one per hardware thread)")->capture_default_str()->check(CLI::Range(0, 1024));
-  add_backend_option(sub, a->backend);
+  add_engine_options(sub, a->knobs);
   sub->add_flag("--summary", a->summary, "Only the per-stage totals, not every op");
   return [a]() {
     Knobs k;
-    k.threads = a->threads;
-    k.backend = a->backend;
+    static_cast<EngineKnobs&>(k) = a->knobs;
     const std::unique_ptr<Model> model = Model::load(a->config, a->weights, k);
     const std::string text = model->describe();
     if (!a->summary) {

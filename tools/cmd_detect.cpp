@@ -46,10 +46,7 @@ struct DetectArgs {
   std::string nusc;
   bool resume = false;
   std::string shard;
-  int threads = 0;
-  std::string precision = "f32";
-  std::string calibration;
-  std::string backend = "cpu";
+  EngineKnobs knobs;
   int batch = 1;
   int top = 5;
 };
@@ -104,7 +101,7 @@ std::string duration_text(double s) {
 }
 
 int run(const DetectArgs& a) {
-  require_backend(a.backend);  // a wrong --backend fails before anything is read
+  require_backend(a.knobs.backend);  // a wrong --backend fails before anything is read
   if (a.resume && a.nusc.empty()) {
     throw Error(ErrorKind::kInvalidInput, "--resume without --nusc").expected("--nusc FILE: the results to resume");
   }
@@ -163,10 +160,7 @@ int run(const DetectArgs& a) {
   }
 
   Knobs knobs;
-  knobs.threads = a.threads;
-  knobs.precision = a.precision;
-  knobs.calibration = a.calibration;
-  knobs.backend = a.backend;
+  static_cast<EngineKnobs&>(knobs) = a.knobs;
   log_info("detect: loading ", a.config,
            a.weights.empty() ? " with seeded random weights (no --weights): detections will be meaningless" : " with " + a.weights);
   const std::unique_ptr<Model> model = Model::load(a.config, a.weights, knobs);
@@ -306,9 +300,7 @@ Runner add_detect(CLI::App& app) {
   sub->add_option("--nusc", a->nusc, "Write nuScenes results_nusc.json, one sample at a time as frames finish (needs their token and ego pose)");
   sub->add_flag("--resume", a->resume, "With --nusc: keep the samples already in the file and skip the scenes they complete");
   sub->add_option("--shard", a->shard, "Run only the K-th of N parts (K/N, 1-based), split by scene so history stays on one worker");
-  sub->add_option("--threads", a->threads, "CPU threads (0: one per hardware thread)")->capture_default_str()->check(CLI::Range(0, 1024));
-  add_precision_options(sub, a->precision, a->calibration);
-  add_backend_option(sub, a->backend);
+  add_engine_options(sub, a->knobs);
   sub->add_option("--batch", a->batch,
                   "Run frames of up to N streams as one batch (each stream's frames in order; identical results)")
       ->capture_default_str()

@@ -44,13 +44,10 @@ Runner add_golden(CLI::App& app) {
   sub->add_option("--tolerance", a->options.tolerance, "Largest relative L2 error a float tensor may have")
       ->capture_default_str()
       ->check(at_least(0, "a number >= 0", "NONNEGATIVE"));
-  sub->add_option("--threads", a->options.threads, "CPU threads (0: one per hardware thread)")
-      ->capture_default_str()
-      ->check(at_least(0, "an integer >= 0", "NONNEGATIVE"));
   sub->add_flag("--eager", a->options.eager,
                "Run every frame eagerly (default: record each stage once, then replay the plan)");
-  add_backend_option(sub, a->options.backend);
-  add_precision_options(sub, a->options.precision, a->options.calibration)
+  add_engine_options(sub, a->options);
+  sub->get_option("--precision")
       ->description("f32 | bf16 | int8: shows its error per stage (int8 without --calibration calibrates on the set's own frames)");
   sub->add_option("--frames", a->options.max_frames, "Run only the first K frames (default: all)")
       ->check(at_least(1, "an integer >= 1", "POSITIVE"));

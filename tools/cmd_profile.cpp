@@ -26,11 +26,7 @@ Runner add_profile(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   sub->add_flag("--eager", o->eager, "Also profile one eager frame (with history), with the stage signposts");
-  sub->add_option("--threads", o->threads, "CPU threads (0: one per hardware thread)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1024));
-  add_backend_option(sub, o->backend);
-  add_precision_options(sub, o->precision, o->calibration);
+  add_engine_options(sub, *o);
   sub->add_option("--seed", o->seed, "Seed of the random weights and the synthetic frames")->capture_default_str();
   sub->add_option("--top", o->top_ops, "Ops listed in summary.md")->capture_default_str()->check(CLI::Range(0, 100000));
   sub->add_option("-o,--output", o->out_dir, "Output directory (created)")->required();

@@ -52,10 +52,7 @@ struct ServeArgs {
   double read_timeout = 30;
   size_t max_cameras = 12;
   size_t http_threads = 64;
-  int threads = 0;
-  std::string precision = "f32";
-  std::string calibration;
-  std::string backend = "cpu";
+  EngineKnobs knobs;
   size_t max_streams = 64;
   double stream_ttl = 600;
   bool pipeline = false;
@@ -74,10 +71,7 @@ int run(const ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   Knobs knobs;
-  knobs.threads = a.threads;
-  knobs.precision = a.precision;
-  knobs.calibration = a.calibration;
-  knobs.backend = a.backend;
+  static_cast<EngineKnobs&>(knobs) = a.knobs;
   knobs.max_streams = a.max_streams;
   knobs.stream_ttl_seconds = a.stream_ttl;
   knobs.pipeline = a.pipeline;
@@ -235,9 +229,7 @@ Runner add_serve(CLI::App& app) {
                   "Seconds a client has to send a whole request (and to take its answer); also the keep-alive idle time")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  sub->add_option("--threads", a->threads, "CPU threads for the kernels (0: one per hardware thread)")->capture_default_str()->check(CLI::Range(0, 1024));
-  add_precision_options(sub, a->precision, a->calibration);
-  add_backend_option(sub, a->backend);
+  add_engine_options(sub, a->knobs);
   sub->add_option("--max-streams", a->max_streams, "Streams kept; past it the least recently used is evicted")->capture_default_str();
   sub->add_option("--stream-ttl", a->stream_ttl, "Seconds an idle stream is kept")->capture_default_str();
   sub->add_option("--model-name", a->model_name, "The model's name in the Open Inference Protocol (/v2/models/{name})")

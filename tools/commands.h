@@ -8,6 +8,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bevformer/engine_knobs.h"
+
 namespace bev::cli {
 
 using Runner = std::function<int()>;
@@ -34,6 +36,9 @@ int report_exception();
 // or a device is refused, never replaced by a regular file). `option` names it ("-o").
 void check_writable(const std::string& path, const char* option);
 
+// The engine's knobs (bevformer/engine_knobs.h) as options: --threads, --backend, --device, and
+// with `precision` --precision and --calibration.
+void add_engine_options(CLI::App* sub, EngineKnobs& knobs, bool precision = true);
 // --backend NAME (default "cpu"), listing the backends this binary was built with.
 CLI::Option* add_backend_option(CLI::App* sub, std::string& backend);
 // --precision f32|bf16|int8 and --calibration FILE (int8's activation ranges).

@@ -27,6 +27,15 @@ CLI::Option* add_precision_options(CLI::App* sub, std::string& precision, std::s
       ->check(CLI::IsMember({"f32", "bf16", "int8"}));
 }
 
+void add_engine_options(CLI::App* sub, EngineKnobs& knobs, bool precision) {
+  sub->add_option("--threads", knobs.threads, "CPU threads for the kernels (0: one per hardware thread)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  add_backend_option(sub, knobs.backend);
+  sub->add_option("--device", knobs.device, "Which GPU, for a device backend")->capture_default_str()->check(CLI::Range(0, 1023));
+  if (precision) add_precision_options(sub, knobs.precision, knobs.calibration);
+}
+
 void check_writable(const std::string& path, const char* option) {
   namespace fs = std::filesystem;
   if (path.empty()) return;

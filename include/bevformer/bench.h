@@ -11,15 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "bevformer/engine_knobs.h"
+
 namespace bev {
 
-struct BenchOptions {
+struct BenchOptions : EngineKnobs {
   std::string config = "tiny";    // preset (tiny | small | base) or upstream-style config JSON
   std::string weights;            // checkpoint (.pth / .safetensors); "" for seeded random weights
   uint64_t seed = 2026;           // random weights and synthetic frames
-  std::string precision = "f32";  // "f32" | "bf16" | "int8"
-  std::string calibration;        // int8: `bevformer calibrate`'s file for these weights (and this seed)
-  int threads = 0;                // CPU threads; <= 0: one per hardware thread
   int frames = 10;                // timed frames (>= 1)
   int warmup = 3;                 // untimed frames first (>= 2: the second is the first with history)
   bool eager = false;             // run every frame eagerly instead of replaying recorded plans
@@ -29,7 +28,6 @@ struct BenchOptions {
   bool pipeline = false;
   bool stages = true;             // profile one extra frame for the per-stage breakdown
   bool measure_peak = true;       // measure this machine's matmul peak (about a second)
-  std::string backend = "cpu";    // available_backends() (bevformer/model.h)
   // A fleet: `streams` synthetic vehicles (each on its own rig, pose and images) drive at once;
   // each step runs every vehicle's next frame, `batch` vehicles per batch (Model::detect_batch's
   // path). A frame's latency is its batch's wall time; parts and stages are per frame (a batch's

@@ -9,9 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "bevformer/engine_knobs.h"
+
 namespace bev {
 
-struct CalibrateOptions {
+// Calibration measures in f32 (EngineKnobs::precision "f32", no calibration file of its own).
+struct CalibrateOptions : EngineKnobs {
   std::string config = "tiny";  // preset (tiny | small | base) or upstream-style config JSON
   std::string weights;          // checkpoint (.pth / .safetensors); "" for seeded random weights
   uint64_t seed = 2026;         // random weights and the synthetic drive
@@ -19,8 +22,6 @@ struct CalibrateOptions {
   // order, with history. Empty: `synthetic` frames of the synthetic drive (seed).
   std::vector<std::string> frames;
   int synthetic = 8;
-  int threads = 0;              // CPU threads; <= 0: one per hardware thread
-  std::string backend = "cpu";  // available_backends() (bevformer/model.h)
   std::string output;           // the calibration file written (required)
 };
 

@@ -9,18 +9,16 @@
 #include <string>
 #include <vector>
 
+#include "bevformer/engine_knobs.h"
+
 namespace bev {
 
-struct GoldenOptions {
+// EngineKnobs::calibration, in int8: "" calibrates on the set's own frames first (run_golden logs it).
+struct GoldenOptions : EngineKnobs {
   double tolerance = 1e-4;  // bound on the relative L2 error of every float tensor
-  int threads = 0;          // CPU threads; <= 0: one per hardware thread
   int max_frames = -1;      // run only the first max_frames frames; < 0: all of them
   std::string dump_dir;     // when set: write every tap and the detections as <dir>/frame<k>.safetensors
   bool eager = false;       // run every frame eagerly instead of recording the stages and replaying them
-  std::string precision = "f32";  // "f32" | "bf16" | "int8": its error, stage by stage
-  // int8: the calibration file; "" calibrates on the set's own frames first (run_golden logs it).
-  std::string calibration;
-  std::string backend = "cpu";    // available_backends() (bevformer/model.h)
 };
 
 // One golden tensor against the model's tap of the same name.

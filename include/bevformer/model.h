@@ -16,19 +16,15 @@
 #include <utility>
 #include <vector>
 
+#include "bevformer/engine_knobs.h"
 #include "bevformer/error.h"
 #include "bevformer/frame.h"
 
 namespace bev {
 
-struct Knobs {
-  std::string backend = "cpu";     // where the model runs: available_backends() lists what this build has
-  int device = 0;                  // which GPU, for a device backend
-  int threads = 0;                 // CPU threads for the kernels; <= 0: one per hardware thread
-  std::string precision = "f32";   // "f32" | "bf16" (convolutions and matmuls in bf16) | "int8" (see calibration)
-  // int8: the calibration file `bevformer calibrate` made for these weights (the activation
-  // ranges of the backbone's convs, which then run in int8; docs/PERF.md "int8 precision").
-  std::string calibration;
+// The engine's knobs (backend, device, threads, precision, calibration: bevformer/engine_knobs.h)
+// and the model's.
+struct Knobs : EngineKnobs {
   uint64_t seed = 2026;            // weights of the untrained model when no weights are given
   size_t max_streams = 64;         // streams kept; past it the least recently used is dropped
   double stream_ttl_seconds = 600; // a stream idle this long is dropped

@@ -21,21 +21,19 @@
 #include <string>
 #include <vector>
 
+#include "bevformer/engine_knobs.h"
+
 namespace bev {
 
-struct ProfileOptions {
+struct ProfileOptions : EngineKnobs {
   std::string config = "tiny";    // preset (tiny | small | base) or upstream-style config JSON
   std::string weights;            // checkpoint (.pth / .safetensors); "" for seeded random weights
   uint64_t seed = 2026;           // random weights and synthetic frames
   int frames = 3;                 // warm-up frames through forward() (>= 2: the second uses the history)
   int rounds = 3;                 // replays of each stage, timed op by op (and as many untimed)
   bool eager = false;             // add one eager frame with the stage signposts (a second, eager model)
-  int threads = 0;                // CPU threads; <= 0: one per hardware thread
-  std::string precision = "f32";  // "f32" | "bf16" | "int8"
-  std::string calibration;        // int8: `bevformer calibrate`'s file for these weights (and this seed)
   std::string out_dir;            // where the files go (created); "" writes nothing
   int top_ops = 15;               // ops listed in summary.md
-  std::string backend = "cpu";    // available_backends() (bevformer/model.h)
   // A frame JSON (docs/FORMATS.md) run as every warm-up frame, a parked vehicle's stream; "":
   // synthetic frames of a drive. Its cameras must fit the config (count, image size).
   std::string input;

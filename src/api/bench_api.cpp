@@ -211,12 +211,9 @@ BenchReport run_bench(const BenchOptions& o) {
     throw Error(ErrorKind::kInvalidInput, "--warmup " + std::to_string(o.warmup) + " with --pipeline")
         .expected("at least 3 (the second lane records its plans on frames 1 and 2)");
   }
-  const Precision precision = parse_precision(o.precision, "bench options");
+  parse_precision(o.precision, "bench options");  // before the config is read
   const ModelConfig cfg = load_config(o.config);
-  EngineOptions engine_options;
-  engine_options.backend = o.backend;
-  engine_options.backend_options = {o.threads, precision, 0};
-  engine_options.calibration = o.calibration;
+  EngineOptions engine_options = bev::engine_options(o, "bench options");
   engine_options.replay = !o.eager;
   engine_options.pipelined = o.pipeline;
   engine_options.profiling = true;  // detached while timing: one pointer test per op

@@ -34,9 +34,13 @@ CalibrateReport run_calibrate(const CalibrateOptions& o) {
   std::vector<Frame> specs;
   for (const std::string& path : o.frames) specs.push_back(read_frame_json(path));
   const ModelConfig cfg = load_config(o.config);
-  EngineOptions options;
-  options.backend = o.backend;
-  options.backend_options = {o.threads, Precision::kF32, 0};
+  if (o.precision != "f32" || !o.calibration.empty()) {
+    throw Error(ErrorKind::kInvalidInput, "calibration options with precision " + o.precision +
+                                              (o.calibration.empty() ? "" : " and a calibration file"))
+        .where("calibrate options")
+        .expected("precision f32 and no calibration file: calibration measures the f32 model's ranges");
+  }
+  EngineOptions options = engine_options(o, "calibrate options");
   require_backend(options.backend, options.backend_options);
 
   CalibrateReport r;

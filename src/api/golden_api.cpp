@@ -151,13 +151,10 @@ GoldenReport run_golden(const std::string& dir, const GoldenOptions& options) {
 
   const ModelConfig cfg = load_config(set.config_path);
   log_info("golden: loading ", set.checkpoint_path);
-  EngineOptions engine_options;
-  engine_options.backend = options.backend;
-  engine_options.backend_options = {options.threads, parse_precision(options.precision, "golden options"), 0};
+  EngineOptions engine_options = bev::engine_options(options, "golden options");
   engine_options.replay = !options.eager;
   require_backend(engine_options.backend, engine_options.backend_options);
   report.precision = options.precision;
-  engine_options.calibration = options.calibration;
   std::unique_ptr<Engine> engine;
   {
     const Checkpoint checkpoint = load_checkpoint(set.checkpoint_path);

@@ -112,13 +112,10 @@ std::unique_ptr<Model> Model::load(const std::string& config, const std::string&
   Impl& s = *m->impl_;
   const ModelConfig cfg = load_config(config);
   const auto t0 = std::chrono::steady_clock::now();
-  EngineOptions options;
-  options.backend = knobs.backend;
-  options.backend_options = {knobs.threads, parse_precision(knobs.precision, "knobs"), knobs.device};
+  EngineOptions options = engine_options(knobs, "knobs");
   options.replay = knobs.replay;
   options.pipelined = knobs.pipeline;
   options.profiling = knobs.profiling;
-  options.calibration = knobs.calibration;
   if (knobs.max_batch < 1) {
     throw Error(ErrorKind::kInvalidInput, "max_batch " + std::to_string(knobs.max_batch)).where("knobs").expected("at least 1");
   }

@@ -139,7 +139,7 @@ ProfileReport run_profile(const ProfileOptions& o) {
   if (o.rounds < 1) {
     throw Error(ErrorKind::kInvalidInput, "--rounds " + std::to_string(o.rounds)).expected("at least 1");
   }
-  const Precision precision = parse_precision(o.precision, "profile options");
+  parse_precision(o.precision, "profile options");  // a mistyped precision fails before a folder is made
   if (!o.out_dir.empty()) create_directory(o.out_dir);
   if (!o.graph_report.empty()) create_directory(o.graph_report);
 
@@ -160,10 +160,7 @@ ProfileReport run_profile(const ProfileOptions& o) {
     return o.weights.empty() ? random_checkpoint(cfg, o.seed) : load_checkpoint(o.weights);
   };
 
-  EngineOptions engine_options;
-  engine_options.backend = o.backend;
-  engine_options.backend_options = {o.threads, precision, 0};
-  engine_options.calibration = o.calibration;
+  EngineOptions engine_options = bev::engine_options(o, "profile options");
   engine_options.profiling = true;
   require_backend(engine_options.backend, engine_options.backend_options);
   std::unique_ptr<Engine> engine;

@@ -24,6 +24,11 @@ std::vector<std::string> available_backends() { return {"cpu", "foreign"}; }
 void require_backend(const std::string& name, const BackendOptions& options) {
   if (name == "cpu" || name == "foreign") {
     // Said before any weights load, so that a server refuses at start and never per frame.
+    if (options.device != 0) {
+      throw Error(ErrorKind::kInvalidInput, "device " + std::to_string(options.device) + " of backend '" + name + "'")
+          .expected("device 0: the " + name + " backend runs on this machine's CPU, one device")
+          .hint("--device picks a GPU of a device backend (cuda)");
+    }
     cpu::require_precision(options.precision);
     return;
   }

@@ -144,6 +144,14 @@ FrameResult Engine::detect(const Frame& spec, const std::string& base_dir, const
   return r;
 }
 
+EngineOptions engine_options(const EngineKnobs& knobs, const std::string& where) {
+  EngineOptions o;
+  o.backend = knobs.backend;
+  o.backend_options = {knobs.threads, parse_precision(knobs.precision, where), knobs.device};
+  o.calibration = knobs.calibration;
+  return o;
+}
+
 std::vector<std::vector<size_t>> batch_rounds(const std::vector<std::string>& streams, int max_batch) {
   const size_t cap = static_cast<size_t>(std::max(1, max_batch));
   std::vector<std::vector<size_t>> rounds;

@@ -45,6 +45,10 @@ struct EngineOptions {
   Calibration* record_calibration = nullptr;
 };
 
+// The engine options a caller's knobs give (backend, device, threads, precision parsed, calibration
+// file); the rest at their defaults. `where` names the knobs in an error ("knobs", "bench options").
+EngineOptions engine_options(const EngineKnobs& knobs, const std::string& where);
+
 // What a frame's caller wants beyond its detections.
 struct DetectRequest {
   bool taps = false;         // every stage's tensors, as host copies in golden-set names (--dump)
