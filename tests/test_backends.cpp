@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "backend/foreign/foreign_backend.h"
 #include "backend/ops.h"
 #include "backend/recorded_stage.h"
 #include "backend/registry.h"
@@ -72,6 +73,43 @@ TEST(ForeignBackend, HostAccessOutsideTheBackendFails) {
   test::expect_error(ErrorKind::kInternal, [&] { foreign->run(n); }, "op relu 'x.relu' input");
   // A result computed on it is read back as the CPU computes it.
   EXPECT_TRUE(identical(foreign->read(ops.relu(t)), host));
+}
+
+// The foreign backend runs its queue late (here 20 ms an item), as a device does: a host that
+// skips a wait reads what is not there yet, and host memory given to the backend is read when
+// the queue reaches it, not when the call returns. This is what makes every other foreign test
+// fail where the runtime forgets a wait.
+TEST(ForeignBackend, AMissingWaitReadsNothingYet) {
+  const auto foreign = make_foreign_backend(1, Precision::kF32, /*delay_us=*/20000);
+  Tensor host = Tensor::from_floats({2, 3}, std::vector<float>{-1, 2, -3, 4, -5, 6});
+  const Tensor x = foreign->empty({2, 3}, DType::kF32);
+  foreign->write(x, host);
+  Ops ops(*foreign);
+  const Tensor y = ops.relu(x);
+  Tensor got = Tensor::from_floats({2, 3}, std::vector<float>(6, 42.0f));
+  foreign->read_into(got, y);
+  // The wait dropped on purpose: the result is not there, and the input is not yet read.
+  EXPECT_TRUE(identical(got, Tensor::from_floats({2, 3}, std::vector<float>(6, 42.0f))));
+  host.data<float>()[0] = 7;  // changed before the queue reached the write: the backend sees 7
+  foreign->synchronize();
+  EXPECT_TRUE(identical(got, Tensor::from_floats({2, 3}, std::vector<float>{7, 2, 0, 4, 0, 6})));
+}
+
+// An op that fails on the queue fails the next wait, once; the queue drains past it, so nothing
+// waits forever, and the backend goes on computing right.
+TEST(ForeignBackend, AFailingOpFailsTheNextWaitAndTheQueueDrains) {
+  const auto foreign = make_foreign_backend(1, Precision::kF32, /*delay_us=*/1000);
+  const Tensor host = Tensor::from_floats({2, 3}, std::vector<float>{-1, 2, -3, 4, -5, 6});
+  const Tensor x = foreign->upload(host);
+  // count_nonfinite of an i64 tensor: the CPU kernel refuses it when the queue runs it.
+  const Tensor ints = foreign->empty({4}, DType::kI64);
+  const Tensor count = foreign->empty({1}, DType::kI64);
+  foreign->run(OpNode{OpKind::count_nonfinite, "bad", {}, {ints}, {count}, nullptr});
+  Ops ops(*foreign);
+  const Tensor y = ops.relu(x);  // issued after the failure, run all the same
+  test::expect_invalid_input([&] { foreign->synchronize(); }, "count_nonfinite");
+  EXPECT_TRUE(identical(foreign->read(y), Tensor::from_floats({2, 3}, std::vector<float>{0, 2, 0, 4, 0, 6})));
+  foreign->synchronize();  // the error was told once
 }
 
 // Every frame of the micro golden set, replayed and eager, f32 and bf16, with every tap: the

@@ -68,11 +68,32 @@ Tensor Backend::upload(const Tensor& host) {
   return t;
 }
 
+Tensor Backend::read(const Tensor& src) {
+  Tensor out = Tensor::empty(src.shape(), src.dtype());
+  read_into(out, src);
+  synchronize();
+  return out;
+}
+
 std::vector<Tensor> Backend::read_all(std::span<const Tensor> srcs) {
   std::vector<Tensor> out;
   out.reserve(srcs.size());
-  for (const Tensor& t : srcs) out.push_back(read(t));
+  for (const Tensor& t : srcs) {
+    out.push_back(Tensor::empty(t.shape(), t.dtype()));
+    read_into(out.back(), t);
+  }
+  synchronize();
   return out;
+}
+
+void Backend::check_read(const Tensor& host_dst, const Tensor& src) const {
+  if (!host_dst.defined() || !src.defined() || host_dst.shape() != src.shape() || host_dst.dtype() != src.dtype() ||
+      !host_dst.is_contiguous() || host_dst.device() != Device::kCpu || src.device() != device()) {
+    throw Error(ErrorKind::kInternal, std::string(name()) + " backend: read of " +
+                                          (src.defined() ? src.describe() : std::string("nothing")) + " into " +
+                                          (host_dst.defined() ? host_dst.describe() : std::string("nothing")))
+        .expected("a tensor of this backend into a contiguous host tensor of the same shape and dtype");
+  }
 }
 
 void Backend::check_write(const Tensor& dst, const Tensor& host_src) const {
@@ -99,10 +120,14 @@ void Backend::execute(const RecordedStage& stage, std::span<const StageBinding> 
   const Bound bound(stage, bindings);
   if (times == nullptr) {
     for (const OpNode& n : stage.nodes()) run(n);
-    return;
+  } else {
+    times->reserve(times->size() + stage.nodes().size());
+    for (const OpNode& n : stage.nodes()) times->push_back(run_timed(n));
   }
-  times->reserve(times->size() + stage.nodes().size());
-  for (const OpNode& n : stage.nodes()) times->push_back(run_timed(n));
+  // Node by node through run() (a decorator's, over an asynchronous backend), the nodes may still
+  // be queued: the bindings must hold until they have run. (A backend that queues whole stages
+  // overrides execute and binds on its queue.) On the CPU this waits for nothing.
+  if (!bindings.empty()) synchronize();
 }
 
 OpTime Backend::run_timed(const OpNode& node) {

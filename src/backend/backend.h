@@ -8,6 +8,15 @@
 // prepare() runs once per weighted op at model load (weight packing, primitive creation); run()
 // executes a node on its tensors and must be callable again on the same node with the same
 // result.
+//
+// Asynchronous by contract: write, copy, run, execute and read_into are issued in order to the
+// backend's queue and may return before they are done (a device runs them later; the CPU backend
+// runs them as they come; the foreign test backend runs them on a thread of its own, late). The
+// host waits only in read, read_all and synchronize, which return when everything issued before
+// them has finished, and rethrow the first error the queue met since the last wait (the queue
+// drains past it: a failed op never leaves work waiting forever). A host tensor given to write,
+// and the host tensor read_into fills, may be touched until the next wait; their memory stays
+// alive through the handle the queue keeps.
 #pragma once
 
 #include <cstdint>
@@ -71,15 +80,17 @@ class Backend {
   // host -> backend: `dst` is a contiguous tensor of this backend with `host_src`'s shape and
   // dtype; `host_src` is host memory in any layout.
   virtual void write(const Tensor& dst, const Tensor& host_src) = 0;
-  // backend -> host: a new contiguous host tensor holding `src` (which may be a strided view).
-  virtual Tensor read(const Tensor& src) = 0;
-  // Several results at once, with one wait for all of them: where a frame's results leave the
-  // engine (a device backend enqueues every copy, then waits once). The default reads each in
-  // turn, which on the CPU is the same thing.
-  virtual std::vector<Tensor> read_all(std::span<const Tensor> srcs);
+  // backend -> host, issued: `host_dst` (a contiguous host tensor of `src`'s shape and dtype)
+  // holds `src` (which may be a strided view) after the next wait.
+  virtual void read_into(const Tensor& host_dst, const Tensor& src) = 0;
+  // backend -> host, waited for: a new contiguous host tensor holding `src`.
+  Tensor read(const Tensor& src);
+  // Several results with one wait for all of them: where a frame's results leave the engine.
+  std::vector<Tensor> read_all(std::span<const Tensor> srcs);
   // On the device: `dst` (contiguous) = `src`, same shape and dtype.
   virtual void copy(const Tensor& dst, const Tensor& src) = 0;
-  // Returns when everything issued so far has finished (reads and writes above already have).
+  // Returns when everything issued so far has finished; rethrows the queue's first error since
+  // the last wait.
   virtual void synchronize() = 0;
 
   // ---- ops ----
@@ -124,6 +135,7 @@ class Backend {
   // The contracts of write and copy, checked the same way by every backend (Error(kInternal)).
   void check_write(const Tensor& dst, const Tensor& host_src) const;
   void check_copy(const Tensor& dst, const Tensor& src) const;
+  void check_read(const Tensor& host_dst, const Tensor& src) const;
 };
 
 // threads <= 0: one per hardware thread. The pool and oneDNN's OpenMP pool are both sized by it.

@@ -26,8 +26,7 @@ class ForwardingBackend : public Backend {
   BackendInfo info() const override { return inner_.info(); }
   std::shared_ptr<Storage> allocate(size_t bytes) override { return inner_.allocate(bytes); }
   void write(const Tensor& dst, const Tensor& host_src) override { inner_.write(dst, host_src); }
-  Tensor read(const Tensor& src) override { return inner_.read(src); }
-  std::vector<Tensor> read_all(std::span<const Tensor> srcs) override { return inner_.read_all(srcs); }
+  void read_into(const Tensor& host_dst, const Tensor& src) override { inner_.read_into(host_dst, src); }
   void copy(const Tensor& dst, const Tensor& src) override { inner_.copy(dst, src); }
   void synchronize() override { inner_.synchronize(); }
   double measure_peak_gflops() override { return inner_.measure_peak_gflops(); }

@@ -325,7 +325,7 @@ class NullBackend final : public Backend {
   BackendInfo info() const override { return {"null", "none", "", 0, "f32", "f32"}; }
   std::shared_ptr<Storage> allocate(size_t bytes) override { return Storage::allocate(bytes); }
   void write(const Tensor&, const Tensor&) override {}
-  Tensor read(const Tensor& src) override { return src; }
+  void read_into(const Tensor&, const Tensor&) override {}
   void copy(const Tensor&, const Tensor&) override {}
   void synchronize() override {}
   double measure_peak_gflops() override { return 0; }

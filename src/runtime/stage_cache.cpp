@@ -91,21 +91,26 @@ std::unique_ptr<BevRecording> StageCache::record_bev(const ImageOutputs& image, 
   return p;
 }
 
-ImageRecording& StageCache::image(int lane, const Shape& img_shape, bool tapped) {
+ImageRecording& StageCache::image(int lane, const Shape& img_shape, bool tapped, int& waits) {
   std::unique_ptr<ImageRecording>& s = images_[static_cast<size_t>(lane)];
   if (s && s->shape == img_shape && s->tapped == tapped) return *s;
+  if (s) wait(waits);  // an issued execution of the stage replaced here may not have run
   // A new generation: this lane's bev stages read the old outputs, stale now.
   s = record_image(img_shape, tapped, lane == 0 ? "image" : "image (lane " + std::to_string(lane + 1) + ")");
   return *s;
 }
 
-BevRecording& StageCache::bev(int lane, bool use_prev, bool tapped, int64_t longest, int64_t anchors) {
+BevRecording& StageCache::bev(int lane, bool use_prev, bool tapped, int64_t longest, int64_t anchors, int& waits) {
   const ImageRecording& image = *images_[static_cast<size_t>(lane)];
   // Stages that read an earlier recording of this lane's image stage would run on its stale
   // outputs (which they keep alive: for base about 1.1 GB each).
-  std::erase_if(bevs_, [&](const std::unique_ptr<BevRecording>& p) {
+  const auto stale = [&](const std::unique_ptr<BevRecording>& p) {
     return p->lane == lane && p->image_generation != image.generation;
-  });
+  };
+  if (std::any_of(bevs_.begin(), bevs_.end(), stale)) {
+    wait(waits);  // before stages that issued executions may have queued go
+    std::erase_if(bevs_, stale);
+  }
   int64_t capacity = longest;
   const int64_t hw = int64_t{cfg_.head.bev_h} * cfg_.head.bev_w;
   for (auto it = bevs_.begin(); it != bevs_.end(); ++it) {
@@ -113,6 +118,7 @@ BevRecording& StageCache::bev(int lane, bool use_prev, bool tapped, int64_t long
     if (p.use_prev != use_prev || p.tapped != tapped || p.lane != lane) continue;
     if (p.capacity >= longest && p.in.sca.front().reference.size(2) == anchors) return p;
     capacity = std::max(sca_capacity_for(hw, longest), p.capacity);
+    wait(waits);
     bevs_.erase(it);
     break;
   }
@@ -126,7 +132,8 @@ BevRecording& StageCache::bev(int lane, bool use_prev, bool tapped, int64_t long
   return *bevs_.back();
 }
 
-BatchRecording& StageCache::batch(int64_t batch, const Shape& img_shape, int64_t longest, int64_t anchors) {
+BatchRecording& StageCache::batch(int64_t batch, const Shape& img_shape, int64_t longest, int64_t anchors,
+                                  int& waits) {
   const int64_t hw = int64_t{cfg_.head.bev_h} * cfg_.head.bev_w;
   auto it = std::find_if(batches_.begin(), batches_.end(), [&](const auto& p) { return p->batch == batch; });
   int64_t capacity = sca_capacity_for(hw, longest);
@@ -135,9 +142,13 @@ BatchRecording& StageCache::batch(int64_t batch, const Shape& img_shape, int64_t
     BatchRecording& front = *batches_.front();
     if (front.img_shape == img_shape && front.capacity >= longest) return front;
     if (front.img_shape == img_shape) capacity = std::max(capacity, front.capacity);
+    wait(waits);
     batches_.erase(batches_.begin());
   }
-  if (batches_.size() >= kMaxBatchSizes) batches_.pop_back();
+  if (batches_.size() >= kMaxBatchSizes) {
+    wait(waits);
+    batches_.pop_back();
+  }
   auto p = std::make_unique<BatchRecording>();
   p->batch = batch;
   p->img_shape = img_shape;

@@ -9,6 +9,8 @@
 //     samples, whose SCA lists and TSA value indices are written per batch and whose previous
 //     BEVs are bound, so that one recording serves any mix of rigs and first frames.
 // The cache itself takes no lock: the runner's stage locks guard it (docs in stage_runner.cpp).
+// A recording it replaces or drops is waited for first (the backend may still hold an issued
+// execution of it: backend.h's contract).
 #pragma once
 
 #include <array>
@@ -76,14 +78,15 @@ class StageCache {
   // ---- single frames ----
   // Lane `lane`'s image stage for inputs of `img_shape`: the recorded one, or recorded now
   // (stale bev stages of the lane dropped when the bev stage next asks).
-  ImageRecording& image(int lane, const Shape& img_shape, bool tapped);
+  // (`waits`, here and below: incremented for each time the host waited for the backend.)
+  ImageRecording& image(int lane, const Shape& img_shape, bool tapped, int& waits);
   const ImageRecording* image_of_lane(int lane) const { return images_[static_cast<size_t>(lane)].get(); }
   // The bev stage for a frame of `lane` and variant whose rig's longest SCA list is `longest`
   // (pillar anchors `anchors`): the recorded one, or recorded now. The first recording holds
   // exactly the first rig's lists (one vehicle, or a fleet of one calibration, pays no
   // padding); a rig with a longer list re-records it at sca_capacity_for's rule (a larger
   // capacity replaces a smaller one).
-  BevRecording& bev(int lane, bool use_prev, bool tapped, int64_t longest, int64_t anchors);
+  BevRecording& bev(int lane, bool use_prev, bool tapped, int64_t longest, int64_t anchors, int& waits);
   const std::vector<std::unique_ptr<BevRecording>>& bev_stages() const { return bevs_; }
   uint64_t bev_recordings() const { return bev_recordings_; }
 
@@ -92,7 +95,7 @@ class StageCache {
   // `longest` slots: the recorded ones (moved to the front), or recorded now; the last
   // kMaxBatchSizes sizes stay (their arenas grow with the batch: tiny's image stage alone is
   // ~280 MiB per sample).
-  BatchRecording& batch(int64_t batch, const Shape& img_shape, int64_t longest, int64_t anchors);
+  BatchRecording& batch(int64_t batch, const Shape& img_shape, int64_t longest, int64_t anchors, int& waits);
   const BatchRecording* batch_of(int64_t batch) const;
   const std::vector<std::unique_ptr<BatchRecording>>& batches() const { return batches_; }
   static constexpr size_t kMaxBatchSizes = 3;
@@ -105,6 +108,11 @@ class StageCache {
   std::unique_ptr<ImageRecording> record_image(const Shape& img_shape, bool tapped, std::string name);
   std::unique_ptr<BevRecording> record_bev(const ImageOutputs& image, int64_t batch, bool use_prev, bool tapped,
                                            int64_t capacity, int64_t anchors, std::string name);
+
+  void wait(int& waits) {
+    backend_.synchronize();
+    ++waits;
+  }
 
   const BevFormer& model_;
   const ModelConfig& cfg_;

@@ -61,7 +61,7 @@ struct StagedFrame::State {
   std::string scene_token;
   std::vector<ScaInputs> sca;  // eager: the image stage's outputs (replay: in the lane's stage)
   Tensor nonfinite;            // the image stage's count, read with the frame's results
-  int host_waits = 0;          // taps read so far
+  int host_waits = 0;          // so far: a replaced recording's, taps
   Clock::time_point started;
   double image_seconds = 0;
 
@@ -110,6 +110,17 @@ struct StageRunner::Impl {
         lanes(pipelined ? 2 : 1),
         rigs(m, b),
         stages(m, b, pipelined ? 2 : 1) {}
+  ~Impl() {
+    // A frame that failed between its stages may have left an execution issued: the stages go
+    // with this runner, so it must have run.
+    try {
+      backend.synchronize();
+    } catch (...) {
+      // Its error belonged to that failed frame, which has been answered.
+    }
+  }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
 
   int64_t bev_cells() const { return int64_t{cfg.head.bev_h} * cfg.head.bev_w; }
 
@@ -201,7 +212,7 @@ struct StageRunner::Impl {
     const std::lock_guard<std::mutex> lock(image_mu);
     st->started = Clock::now();
     if (replay) {
-      ImageRecording& s = stages.image(st->lane, f.img.shape(), reads.taps != nullptr);
+      ImageRecording& s = stages.image(st->lane, f.img.shape(), reads.taps != nullptr, st->host_waits);
       backend.write(s.img, f.img);
       backend.execute(s.stage);
       st->nonfinite = s.out.nonfinite;
@@ -251,7 +262,8 @@ struct StageRunner::Impl {
     Tensor history_bev;  // eager: the new BEV, in the eager run's memory
     if (replay) {
       const ScaQueryLists& lists = rig->geometry.queries;
-      BevRecording& s = stages.bev(st->lane, use_prev, reads.taps != nullptr, lists.max_len, lists.reference.size(2));
+      BevRecording& s = stages.bev(st->lane, use_prev, reads.taps != nullptr, lists.max_len, lists.reference.size(2),
+                                   out.host_waits);
       s.last_lists = rigs.lists(*rig, s.capacity);
       backend.write(s.in.can_bus, step.can_bus);
       backend.write(s.in.tsa_reference, step.tsa_reference);
@@ -364,8 +376,9 @@ struct StageRunner::Impl {
     BevOutputs eager_bev;
     Tensor img_nonfinite;
     BatchRecording* st = nullptr;
+    int waits = 0;  // the batch's, its samples share them
     if (replay) {
-      st = &stages.batch(batch, img_shape, longest, anchors);
+      st = &stages.batch(batch, img_shape, longest, anchors, waits);
       for (int64_t b = 0; b < batch; ++b) {
         backend.write(st->image->img.slice(0, b * cams, (b + 1) * cams), samples[rows[static_cast<size_t>(b)].index].frame->img);
       }
@@ -436,7 +449,7 @@ struct StageRunner::Impl {
       const BatchRow& r = rows[static_cast<size_t>(b)];
       SampleOutput& result = results[r.index];
       result.batch_size = batch;
-      result.output.host_waits = 1;
+      result.output.host_waits = 1 + waits;
       const size_t k = static_cast<size_t>(b);
       if (std::exception_ptr e = nonfinite(res.image_nonfinite[k], res.bev_nonfinite[k], nonfinite_frames)) {
         result.error = std::move(e);
@@ -593,6 +606,7 @@ void StageRunner::replay_recorded_stages() {
     impl_->backend.execute(p->image->stage);
     impl_->backend.execute(p->bev->stage);
   }
+  impl_->backend.synchronize();  // returns when they have run (a device's queue may lag)
 }
 
 bool StageRunner::replay_image_stage() {
@@ -600,6 +614,7 @@ bool StageRunner::replay_image_stage() {
   const ImageRecording* p = impl_->stages.image_of_lane(0);
   if (!p) return false;
   impl_->backend.execute(p->stage);
+  impl_->backend.synchronize();
   return true;
 }
 
@@ -611,6 +626,7 @@ bool StageRunner::replay_bev_stage(bool with_history) {
     for (const auto& p : impl_->stages.bev_stages()) {
       if (p->lane == lane && p->use_prev == with_history && !p->tapped) {
         impl_->execute_outside_frame(*p);
+        impl_->backend.synchronize();
         return true;
       }
     }

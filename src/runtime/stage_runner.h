@@ -154,7 +154,7 @@ class StageRunner {
   // The recorded stages so far: per stage its ops, shapes, buffer offsets and arena size.
   std::string describe() const;
   // Executes every recorded stage once on the inputs it holds, with no host work around it (the
-  // allocation test and benchmarks time exactly the execution).
+  // allocation test and benchmarks time exactly the execution); returns when they have run.
   void replay_recorded_stages();
   // The profiler's replays: one recorded stage on the inputs it holds, the image stage or the
   // (untapped) bev stage of one history variant; false when it has not been recorded. A bev

@@ -68,7 +68,10 @@ class CpuBackend final : public Backend {
     check_write(dst, host_src);
     if (host_src.nbytes() > 0) std::memcpy(dst.raw_data(), host_src.contiguous().raw_data(), host_src.nbytes());
   }
-  Tensor read(const Tensor& src) override { return src.clone(); }
+  void read_into(const Tensor& host_dst, const Tensor& src) override {
+    check_read(host_dst, src);
+    std::memcpy(host_dst.raw_data(), src.contiguous().raw_data(), src.nbytes());
+  }
   void copy(const Tensor& dst, const Tensor& src) override {
     check_copy(dst, src);
     Tensor y = dst;
