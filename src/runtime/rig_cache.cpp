@@ -13,30 +13,26 @@ int64_t sca_capacity_for(int64_t bev_cells, int64_t longest) {
 
 std::shared_ptr<const Rig> RigCache::rig(const FrameInput& f) {
   const int pad_h = static_cast<int>(f.img.size(1)), pad_w = static_cast<int>(f.img.size(2));
-  {
-    const std::lock_guard<std::mutex> lock(mu_);
+  // The frame's rig moved to the front, if cached (under mu_).
+  const auto cached = [&]() -> std::shared_ptr<const Rig> {
     const auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) {
       const RigGeometry& g = e.rig->geometry;
       return g.lidar2img == f.lidar2img && g.pad_w == pad_w && g.pad_h == pad_h;
     });
-    if (it != entries_.end()) {
-      std::rotate(entries_.begin(), it, it + 1);
-      return entries_.front().rig;
-    }
+    if (it == entries_.end()) return nullptr;
+    std::rotate(entries_.begin(), it, it + 1);
+    return entries_.front().rig;
+  };
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    if (auto r = cached()) return r;
   }
   // Computed outside the lock (milliseconds; another thread may run its own frame meanwhile). Two
   // threads that bring the same new rig at once each compute it; the first one in is kept.
   auto computed = std::make_shared<Rig>();
   computed->geometry = model_.rig_geometry(f);
   const std::lock_guard<std::mutex> lock(mu_);
-  const auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) {
-    const RigGeometry& g = e.rig->geometry;
-    return g.lidar2img == f.lidar2img && g.pad_w == pad_w && g.pad_h == pad_h;
-  });
-  if (it != entries_.end()) {
-    std::rotate(entries_.begin(), it, it + 1);
-    return entries_.front().rig;
-  }
+  if (auto r = cached()) return r;
   computed->id = ++computed_;
   if (entries_.size() == kMaxRigs) entries_.pop_back();
   entries_.insert(entries_.begin(), Entry{std::move(computed), {}, {}});
