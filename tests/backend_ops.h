@@ -92,6 +92,7 @@ class CaseList {
 
 // The tables, one function per op (or per family of ops with one signature).
 // backend_ops_cases.cpp
+void image_preprocess_cases(CaseList& l);
 void conv2d_cases(CaseList& l);
 void bottleneck_cases(CaseList& l);
 void deform_conv2d_cases(CaseList& l);

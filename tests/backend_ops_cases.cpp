@@ -22,6 +22,7 @@ const char* set_name(ShapeSet s) {
 std::vector<OpCase> make_cases(OpKind op, ShapeSet set, Precision precision) {
   CaseList l(op, set, precision);
   switch (op) {
+    case OpKind::image_preprocess: image_preprocess_cases(l); break;
     case OpKind::conv2d: conv2d_cases(l); break;
     case OpKind::bottleneck: bottleneck_cases(l); break;
     case OpKind::deform_conv2d: deform_conv2d_cases(l); break;
@@ -448,6 +449,40 @@ void upsample_nearest_add_cases(CaseList& l) {
       add_upsample(l, "img.neck.top_down.0", {6, 58, 100, 256}, {6, 116, 200, 256});
       return;
   }
+}
+
+// The image stage's first op on camera pixels: no resize (base), upstream's halving (tiny), a
+// scale that lands between pixels (small's 0.8), odd sizes, either channel order.
+void image_preprocess_cases(CaseList& l) {
+  auto add = [&](std::string tag, int64_t n, int64_t h, int64_t w, double scale, bool to_rgb) {
+    l.add(std::move(tag), [=](Ops& ops, uint64_t seed) {
+      Tensor px = Tensor::empty({n, h, w, 3}, DType::kU8);
+      uint8_t* p = px.data<uint8_t>();
+      for (int64_t i = 0; i < px.numel(); ++i) p[i] = static_cast<uint8_t>(mix(seed + static_cast<uint64_t>(i)) >> 56);
+      ImagePreprocessAttrs a;
+      const double mean[3] = {123.675, 116.28, 103.53}, std_[3] = {58.395, 57.12, 57.375};
+      for (int c = 0; c < 3; ++c) {
+        a.mean[c] = mean[c];
+        a.std[c] = std_[c];
+      }
+      a.to_rgb = to_rgb;
+      a.resized_height = static_cast<int64_t>(static_cast<double>(h) * scale);
+      a.resized_width = static_cast<int64_t>(static_cast<double>(w) * scale);
+      a.padded_height = (a.resized_height + 31) / 32 * 32;
+      a.padded_width = (a.resized_width + 31) / 32 * 32;
+      ops.image_preprocess(up(ops, px), a, "img");
+    });
+  };
+  if (l.set() == ShapeSet::kAwkward) {
+    add("1 camera 33x47, no resize", 1, 33, 47, 1.0, true);
+    add("2 cameras 37x61 halved, BGR kept", 2, 37, 61, 0.5, false);
+    add("3 cameras 45x70 at 0.8", 3, 45, 70, 0.8, true);
+    add("1 camera 64x96 at 1.3 (enlarged)", 1, 64, 96, 1.3, true);
+    return;
+  }
+  // nuScenes' 1600x900 cameras: tiny halves them (800x450 padded to 800x480), base pads them.
+  add(l.set() == ShapeSet::kTiny ? "img (tiny: 0.5)" : "img (base: no resize)", 6, 900, 1600,
+      l.set() == ShapeSet::kTiny ? 0.5 : 1.0, true);
 }
 
 }  // namespace bev::op_harness

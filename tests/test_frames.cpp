@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/ops.h"
+#include "backend/registry.h"
 #include "bevformer/error.h"
 #include "core/mat4.h"
 #include "io/checkpoint.h"
@@ -23,6 +25,7 @@
 #include "io/image.h"
 #include "io/nuscenes_info.h"
 #include "model/config.h"
+#include "model/bevformer.h"
 #include "model/geometry.h"
 #include "runtime/prepare.h"
 #include "io_test_util.h"
@@ -74,12 +77,23 @@ void expect_error(const std::function<void()>& fn, ErrorKind kind, const std::ve
   }
 }
 
+// The image stage's first op (Ops::image_preprocess) on `backend`: a prepared frame's camera
+// pixels as the network input, f32 [N, H_pad, W_pad, 3], read back to the host.
+Tensor network_input(const PreparedFrame& p, const ModelConfig& cfg, const std::string& backend) {
+  const std::unique_ptr<Backend> b = make_backend(backend, {.threads = 2});
+  Ops ops(*b);
+  const Tensor& px = p.input.img;
+  return b->read(ops.image_preprocess(b->upload(px), image_preprocess_attrs(cfg.image, px.size(1), px.size(2)), "img"));
+}
+
 void expect_parse_error(const json& frame, const std::vector<std::string>& parts) {
   expect_error([&] { parse_frame_json(frame.dump(), "bad.json"); }, ErrorKind::kInvalidInput, parts);
 }
 
 // ------------------------------------------------------------------------------------------------
-// Golden set: img, lidar2img and can_bus exactly as upstream built them.
+// Golden set: img, lidar2img and can_bus exactly as upstream built them (img: the set's PNGs as
+// the frame path's pixels, through the image stage's preprocessing op on the CPU and on the
+// asynchronous foreign backend).
 
 TEST(FramesGolden, MicroFramesGiveTheSetsInputs) {
   const ModelConfig cfg = load_config(kMicroDir + "/config.json");
@@ -96,16 +110,22 @@ TEST(FramesGolden, MicroFramesGiveTheSetsInputs) {
     ASSERT_NE(nchw, nullptr);
     const Tensor nhwc = nchw->permute({0, 2, 3, 1}).contiguous();
     const Tensor* img = &nhwc;
-    ASSERT_EQ(p.input.img.shape(), img->shape());
-    const float* a = p.input.img.data<float>();
-    const float* b = img->data<float>();
-    double worst = 0;
-    int64_t differ = 0;
-    for (int64_t i = 0; i < img->numel(); ++i) {
-      worst = std::max(worst, static_cast<double>(std::abs(a[i] - b[i])));
-      differ += a[i] != b[i];
+    ASSERT_EQ(p.input.img.dtype(), DType::kU8);
+    ASSERT_EQ(p.input.img.shape(), (Shape{6, 63, 112, 3}));  // the PNGs' pixels, preprocessed in the image stage
+    for (const std::string backend : {"cpu", "foreign"}) {
+      SCOPED_TRACE(backend);
+      const Tensor net = network_input(p, cfg, backend);
+      ASSERT_EQ(net.shape(), img->shape());
+      const float* a = net.data<float>();
+      const float* b = img->data<float>();
+      double worst = 0;
+      int64_t differ = 0;
+      for (int64_t i = 0; i < img->numel(); ++i) {
+        worst = std::max(worst, static_cast<double>(std::abs(a[i] - b[i])));
+        differ += a[i] != b[i];
+      }
+      EXPECT_EQ(differ, 0) << "largest difference " << worst;
     }
-    EXPECT_EQ(differ, 0) << "largest difference " << worst;
 
     // lidar2img from K, T_ego_from_cam, T_ego_from_lidar: the set's to 1e-9 relative.
     ASSERT_EQ(p.input.lidar2img.size(), 6u);
@@ -172,13 +192,13 @@ TEST(FramesGolden, Lidar2imgGivenDirectlyAndInlineImagesGiveTheSameInput) {
   EXPECT_FALSE(spec.cameras[0].image_bytes.empty());
   const PreparedFrame p = prepare_frame(spec, cfg, "/nonexistent");  // base_dir unused for inline images
   ASSERT_EQ(p.input.img.shape(), ref.input.img.shape());
-  EXPECT_EQ(0, std::memcmp(p.input.img.data<float>(), ref.input.img.data<float>(), p.input.img.nbytes()));
+  EXPECT_EQ(0, std::memcmp(p.input.img.raw_data(), ref.input.img.raw_data(), p.input.img.nbytes()));
   for (size_t i = 0; i < 6; ++i) EXPECT_EQ(p.input.lidar2img[i], mat4_of(meta["lidar2img"][i]));
   EXPECT_EQ(p.input.can_bus, ref.input.can_bus);
   // Cameras decoded in parallel give the same bytes.
   ThreadPool pool(3);
   const PreparedFrame q = prepare_frame(spec, cfg, "/nonexistent", &pool);
-  EXPECT_EQ(0, std::memcmp(q.input.img.data<float>(), ref.input.img.data<float>(), q.input.img.nbytes()));
+  EXPECT_EQ(0, std::memcmp(q.input.img.raw_data(), ref.input.img.raw_data(), q.input.img.nbytes()));
   EXPECT_EQ(q.lidar2img_original, p.lidar2img_original);
 }
 
@@ -261,8 +281,13 @@ TEST(FramesDemo, ConvertInfoThenPrepareTiny) {
 
   const ModelConfig cfg = config_preset("tiny");
   const PreparedFrame p = prepare_frame(spec, cfg, out);
-  ASSERT_EQ(p.input.img.shape(), (Shape{6, 480, 800, 3}));
-  const float* img = p.input.img.data<float>();
+  ASSERT_EQ(p.input.img.shape(), (Shape{6, 900, 1600, 3}));  // the pixels the image stage preprocesses
+  const Tensor net = network_input(p, cfg, "cpu");
+  ASSERT_EQ(net.shape(), (Shape{6, 480, 800, 3}));
+  // The foreign backend's queue runs the same op to the same bits.
+  const Tensor foreign = network_input(p, cfg, "foreign");
+  EXPECT_EQ(0, std::memcmp(foreign.raw_data(), net.raw_data(), net.nbytes()));
+  const float* img = net.data<float>();
   const auto& mean = cfg.image.mean;
   const auto& std_ = cfg.image.std;
   ASSERT_TRUE(cfg.image.to_rgb);

@@ -36,6 +36,7 @@ struct MiniStage {
   PreparedWeights conv_a, conv_b, conv_offset, dcn, fc1, fc2, fc3, fc4, fc5, fc6, fc7, fc8, blk1, blk2, blk3, block;
   Tensor gamma, beta, row, idx, idx_pad, idx_multi, slots;
   Tensor level_row0, level_row1, cams_embeds;  // feat_flatten's rows (6 channels, 2 cameras)
+  Tensor pixels;                               // two cameras' u8 BGR pixels, 7 x 13
 
   explicit MiniStage(Ops& ops) {
     conv_a = ops.prepare_conv2d(random({6, 5, 3, 3}, 1, 0.3f), nullptr, {.stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1, .relu = true});
@@ -67,6 +68,9 @@ struct MiniStage {
     level_row0 = random({6}, 21);
     level_row1 = random({6}, 22);
     cams_embeds = random({2, 6}, 23);
+    Tensor px = Tensor::empty({2, 7, 13, 3}, DType::kU8);
+    for (int64_t i = 0; i < px.numel(); ++i) px.data<uint8_t>()[i] = static_cast<uint8_t>((i * 37 + 11) % 256);
+    pixels = ops.constant(px);
     idx = index_tensor({3, 0, 5, 1});
     idx_pad = index_tensor({-1, 7, 197, -1, 7});  // -1: padding (a zero row / a skipped row)
     idx_multi = index_tensor({gather_multi_index(1, 3), -1, gather_multi_index(0, 197), gather_multi_index(1, 0)});
@@ -81,6 +85,11 @@ struct MiniStage {
   Tensor count;  // the last run's count_nonfinite of its attention rows
 
   Tensor run(Ops& ops, const Tensor& image /*[2, 9, 11, 5] NHWC*/) {
+    // The test pipeline on pixels: 7 x 13 at 0.8 is 5 x 10, padded to 8 x 16.
+    Tensor pre = ops.image_preprocess(pixels, {.mean = {100, 110, 120}, .std = {50, 55, 60}, .to_rgb = true,
+                                               .resized_height = 5, .resized_width = 10, .padded_height = 8,
+                                               .padded_width = 16},
+                                      "preprocess");
     Tensor a = ops.conv2d(image, conv_a, nullptr, "conv_a");           // [2, 9, 11, 6]
     Tensor b = ops.conv2d(a, conv_b, &a, "conv_b");                    // residual
     Tensor blk = ops.bottleneck(b, block, DType::kF32, /*over_input=*/false, "block");
@@ -142,7 +151,7 @@ struct MiniStage {
     count = ops.count_nonfinite(cat, 2, "count");  // i64: kept beside the result
     return ops.concat({top, heads.reshape({-1}).slice(0, 0, 5).contiguous(), ctx.reshape({-1}), boxes.reshape({-1}),
                        g_pad.reshape({-1}), acc_pad.reshape({-1}), fused.reshape({-1}), sca.reshape({-1}), mean.reshape({-1}),
-                       flat.reshape({-1})},
+                       flat.reshape({-1}), pre.reshape({-1})},
                       0);
   }
 };

@@ -32,14 +32,16 @@ std::string read_text(const std::string& path) {
 }
 
 // The signposts of a profile with `rounds` rounds and an eager frame, in order, as
-// docs/PROFILING.md names them.
-std::vector<std::string> expected_signposts(const ModelConfig& cfg, int rounds) {
+// docs/PROFILING.md names them (`pixels`: input from a frame file, preprocessed in the image stage).
+std::vector<std::string> expected_signposts(const ModelConfig& cfg, int rounds, bool pixels) {
   std::vector<std::string> s;
   for (int k = 1; k <= rounds; ++k) {
     const std::string n = k == 1 ? "" : std::to_string(k);
     s.insert(s.end(), {"trace" + n, "image" + n, "image" + n + "_end", "bev" + n, "bev" + n + "_end", "trace" + n + "_end"});
   }
-  s.insert(s.end(), {"eager", "eager_image", "img.stem"});
+  s.insert(s.end(), {"eager", "eager_image"});
+  if (pixels) s.push_back("img.preprocess");
+  s.push_back("img.stem");
   const int last = *std::max_element(cfg.backbone.out_indices.begin(), cfg.backbone.out_indices.end());
   for (int i = 0; i <= last; ++i) s.push_back("img.layer" + std::to_string(i + 1));
   s.insert(s.end(), {"img.neck", "img.values", "eager_image_end", "eager_bev", "enc.queries"});
@@ -87,7 +89,7 @@ TEST(ProfileFlow, SignpostsMetadataGraphReportAndGivenInputOfTheMicroModel) {
   const ProfileReport r = run_profile(o);
 
   // Signposts: names and order, exactly.
-  EXPECT_EQ(r.signposts, expected_signposts(cfg, 2));
+  EXPECT_EQ(r.signposts, expected_signposts(cfg, 2, /*pixels=*/true));
 
   // The run's metadata.
   const nlohmann::json run = nlohmann::json::parse(read_text(o.json_path));

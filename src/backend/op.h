@@ -19,6 +19,7 @@
 namespace bev {
 
 #define BEV_OPS(X)          \
+  X(image_preprocess)       \
   X(conv2d)                 \
   X(bottleneck)             \
   X(deform_conv2d)          \
@@ -231,6 +232,21 @@ struct FeatFlattenAttrs {
   bool cams_embeds = false;  // whether cams_embeds is an input (use_cams_embeds)
 };
 
+// Upstream's test-time image pipeline on decoded camera pixels (mmdet3d NormalizeMultiviewImage,
+// RandomScaleImageMultiViewImage, PadMultiViewImage; docs/bevformer-spec.md §2.1): u8 BGR
+// [N, H, W, 3] -> float32; BGR->RGB when to_rgb; (x - mean) * (1 / std) at full resolution, as
+// mmcv.imnormalize_ (OpenCV's subtract, then multiply, channel order after to_rgb); the
+// normalized image resized bilinearly (mmcv.imresize: cv2.resize INTER_LINEAR on float32) when
+// the resized size differs from H x W; zeros at the bottom and right up to the padded size.
+// f32 [N, padded_height, padded_width, 3], NHWC (the backbone's layout).
+struct ImagePreprocessAttrs {
+  double mean[3] = {0, 0, 0};
+  double std[3] = {1, 1, 1};
+  bool to_rgb = false;
+  int64_t resized_height = 0, resized_width = 0;  // H x W itself: no resize
+  int64_t padded_height = 0, padded_width = 0;    // >= resized
+};
+
 struct CountNonfiniteAttrs {
   int64_t groups = 1;  // x as [groups, rest]: one count per group (per sample of a batch)
 };
@@ -240,7 +256,7 @@ using OpAttrs = std::variant<std::monostate, Conv2dAttrs, BottleneckAttrs, Defor
                              AttentionAttrs, LayerNormAttrs, InverseSigmoidAttrs, MsdaAttrs, DeformableAttentionAttrs,
                              SamplingLocationsAttrs,
                              BboxDenormalizeAttrs, TopkAttrs, ConcatAttrs, PermuteAttrs, FeatFlattenAttrs,
-                             CountNonfiniteAttrs>;
+                             CountNonfiniteAttrs, ImagePreprocessAttrs>;
 
 struct OpNode {
   OpKind kind = OpKind::relu;

@@ -1,5 +1,6 @@
 #include "backend/ops.h"
 
+#include <cmath>
 #include <utility>
 
 #include "bevformer/error.h"
@@ -247,6 +248,24 @@ Tensor Ops::emit(OpNode node) {
 }
 
 // ---- image ops (NHWC) ----
+
+Tensor Ops::image_preprocess(const Tensor& bgr, const ImagePreprocessAttrs& a, std::string label) {
+  const char* op = "image_preprocess";
+  expect_rank(op, label, "bgr", bgr, 4);
+  if (bgr.dtype() != DType::kU8 || bgr.size(3) != 3) shape_error(op, label, "pixels " + bgr.describe(), "u8 [N, H, W, 3] (BGR)");
+  if (a.resized_height <= 0 || a.resized_width <= 0 || a.padded_height < a.resized_height ||
+      a.padded_width < a.resized_width) {
+    shape_error(op, label,
+                "resized " + std::to_string(a.resized_width) + "x" + std::to_string(a.resized_height) + ", padded " +
+                    std::to_string(a.padded_width) + "x" + std::to_string(a.padded_height),
+                "a positive resized size within the padded size");
+  }
+  for (const double s : a.std) {
+    if (!(s != 0) || !std::isfinite(s)) shape_error(op, label, "std " + std::to_string(s), "finite and nonzero");
+  }
+  return emit({OpKind::image_preprocess, std::move(label), a, {bgr},
+               {output({bgr.size(0), a.padded_height, a.padded_width, 3}, DType::kF32)}, nullptr});
+}
 
 Tensor Ops::conv2d(const Tensor& x, const PreparedWeights& w, const Tensor* residual, std::string label, DType out) {
   return conv2d_impl(x, w, residual, std::move(label), out, /*over_residual=*/false);

@@ -63,6 +63,10 @@ class Ops {
                                  const PreparedWeights& conv3, const PreparedWeights* downsample);
 
   // Image tensors are NHWC [N, H, W, C].
+  // The test-time pipeline on decoded pixels (ImagePreprocessAttrs): bgr u8 [N, H, W, 3] -> f32
+  // [N, padded_height, padded_width, 3], the backbone's input. The first op of an image stage fed
+  // camera pixels, so a device uploads bytes (a quarter of the floats) and preprocesses itself.
+  Tensor image_preprocess(const Tensor& bgr, const ImagePreprocessAttrs& attrs, std::string label = {});
   // x and the residual are f32, or bf16 when the backend runs in bf16; `out` is the output's
   // dtype (bf16 keeps activations bf16 between convolutions in bf16 precision).
   Tensor conv2d(const Tensor& x, const PreparedWeights& w, const Tensor* residual = nullptr, std::string label = {},

@@ -175,39 +175,6 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
   return {src->data(), src->data() + src->size()};
 }
 
-void preprocess_image_into(const Tensor& bgr, const ImagePreprocess& p, float* out) {
-  bgr.check_dtype(DType::kU8);
-  if (bgr.dim() != 3 || bgr.size(2) != 3) {
-    throw Error(ErrorKind::kInvalidInput, "cannot preprocess " + bgr.describe()).expected("u8 [H, W, 3] (BGR)");
-  }
-  if (p.resized_width <= 0 || p.resized_height <= 0 || p.padded_width < p.resized_width ||
-      p.padded_height < p.resized_height) {
-    throw Error(ErrorKind::kInternal, "bad preprocessing sizes: resized " + std::to_string(p.resized_width) + "x" +
-                                          std::to_string(p.resized_height) + ", padded " +
-                                          std::to_string(p.padded_width) + "x" + std::to_string(p.padded_height));
-  }
-  const Tensor src = bgr.contiguous();
-  const cv::Mat u8(static_cast<int>(src.size(0)), static_cast<int>(src.size(1)), CV_8UC3, src.raw_data());
-  // mmcv.imnormalize_: img.astype(np.float32); cv2.cvtColor(img, cv2.COLOR_BGR2RGB, img);
-  // cv2.subtract(img, mean, img); cv2.multiply(img, stdinv, img) with mean, stdinv float64.
-  cv::Mat f;
-  u8.convertTo(f, CV_32F);
-  if (p.to_rgb) cv::cvtColor(f, f, cv::COLOR_BGR2RGB);
-  cv::subtract(f, cv::Scalar(p.mean[0], p.mean[1], p.mean[2]), f);
-  cv::multiply(f, cv::Scalar(1 / p.std[0], 1 / p.std[1], 1 / p.std[2]), f);
-  if (p.resized_width != f.cols || p.resized_height != f.rows) {  // mmcv.imresize (bilinear)
-    cv::Mat r;
-    cv::resize(f, r, cv::Size(p.resized_width, p.resized_height), 0, 0, cv::INTER_LINEAR);
-    f = r;
-  }
-  // OpenCV's interleaved rows are already HWC: each becomes the start of a padded row.
-  const size_t row_floats = 3 * static_cast<size_t>(p.padded_width);
-  std::fill(out, out + row_floats * static_cast<size_t>(p.padded_height), 0.0f);
-  for (int y = 0; y < f.rows; ++y) {
-    std::memcpy(out + static_cast<size_t>(y) * row_floats, f.ptr<float>(y), sizeof(float) * 3 * static_cast<size_t>(f.cols));
-  }
-}
-
 std::vector<uint8_t> encode_image(const Tensor& bgr, const std::string& ext) {
   bgr.check_dtype(DType::kU8);
   if (bgr.dim() != 3 || bgr.size(2) != 3) {

@@ -53,24 +53,6 @@ Tensor decode_image(std::span<const uint8_t> bytes, const std::string& name);
 Tensor read_image(const std::string& path);
 std::vector<uint8_t> read_file_bytes(const std::string& path);
 
-// The test pipeline's per-image steps (upstream: mmcv.imnormalize, mmcv.imresize, the pad of
-// PadMultiViewImage), with OpenCV exactly as upstream calls it: float32; BGR->RGB when to_rgb;
-// cv::subtract(mean) then cv::multiply(1 / std) (mean and std in float64, per channel, in the
-// order after to_rgb); cv::resize INTER_LINEAR of the normalized image when the resized size
-// differs from the image's; zero padding at the bottom and right.
-struct ImagePreprocess {
-  std::array<double, 3> mean{};
-  std::array<double, 3> std{1, 1, 1};
-  bool to_rgb = false;
-  int resized_width = 0;  // the size after resize (the image's own size: no resize)
-  int resized_height = 0;
-  int padded_width = 0;   // >= resized
-  int padded_height = 0;
-};
-// `bgr` u8 [H, W, 3] -> writes f32 [padded_height, padded_width, 3] (HWC, the backbone's NHWC
-// layout) to `out`.
-void preprocess_image_into(const Tensor& bgr, const ImagePreprocess& p, float* out);
-
 // Encodes a u8 [H, W, 3] BGR tensor; `ext` is ".png" or ".jpg" (quality 95).
 std::vector<uint8_t> encode_image(const Tensor& bgr, const std::string& ext);
 

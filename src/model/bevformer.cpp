@@ -52,16 +52,55 @@ BevFormer::BevFormer(ModelConfig cfg, const Checkpoint& checkpoint, Ops& ops, co
   decoder_ = load_decoder(ops, w, cfg_);
 }
 
+ImagePreprocessAttrs image_preprocess_attrs(const ImageConfig& ic, int64_t height, int64_t width) {
+  const ImageSize original{static_cast<int>(width), static_cast<int>(height)};
+  const ImageSize resized = image_resized_size(ic, original), padded = image_padded_size(ic, original);
+  ImagePreprocessAttrs a;
+  for (int c = 0; c < 3; ++c) {
+    a.mean[c] = ic.mean[static_cast<size_t>(c)];
+    a.std[c] = ic.std[static_cast<size_t>(c)];
+  }
+  a.to_rgb = ic.to_rgb;
+  a.resized_height = resized.height;
+  a.resized_width = resized.width;
+  a.padded_height = padded.height;
+  a.padded_width = padded.width;
+  return a;
+}
+
+std::array<int64_t, 2> BevFormer::network_image_size(const Tensor& img) const {
+  if (img.dtype() != DType::kU8) return {img.size(1), img.size(2)};
+  const ImagePreprocessAttrs a = image_preprocess_attrs(cfg_.image, img.size(1), img.size(2));
+  return {a.padded_height, a.padded_width};
+}
+
 void BevFormer::check_frame(const FrameInput& f) const {
   const int cams = cfg_.transformer.num_cams;
-  if (!f.img.defined() || f.img.dtype() != DType::kF32 || f.img.dim() != 4 || f.img.size(3) != 3) {
-    bad_frame("img is " + (f.img.defined() ? f.img.describe() : std::string("missing")), "f32 [cameras, H, W, 3] (NHWC)");
+  if (!f.img.defined() || (f.img.dtype() != DType::kF32 && f.img.dtype() != DType::kU8) || f.img.dim() != 4 ||
+      f.img.size(3) != 3) {
+    bad_frame("img is " + (f.img.defined() ? f.img.describe() : std::string("missing")),
+              "u8 [cameras, H, W, 3] (BGR pixels) or f32 [cameras, H, W, 3] (the network input, NHWC)");
   }
   if (f.img.size(0) != cams) {
     bad_frame(std::to_string(f.img.size(0)) + " camera image(s)",
               std::to_string(cams) + " (the model's num_cams; cams_embeds is learned per camera slot)");
   }
-  if (f.img.size(1) < 32 || f.img.size(2) < 32) bad_frame("img is " + f.img.describe(), "H, W >= 32");
+  if (f.img.dtype() == DType::kU8) {
+    // Pixels become the network input inside: its size is what the backbone must take.
+    constexpr int64_t kMaxSide = 1 << 15;
+    if (f.img.size(1) > kMaxSide || f.img.size(2) > kMaxSide) {
+      bad_frame("img is " + f.img.describe(), "H, W <= " + std::to_string(kMaxSide));
+    }
+    const ImagePreprocessAttrs a = image_preprocess_attrs(cfg_.image, f.img.size(1), f.img.size(2));
+    if (a.resized_height < 1 || a.resized_width < 1 || a.padded_height < 32 || a.padded_width < 32) {
+      bad_frame("img is " + f.img.describe() + ", " + std::to_string(a.padded_width) + "x" +
+                    std::to_string(a.padded_height) + " after resize (scale " + number_text(cfg_.image.resize_scale) +
+                    ") and padding",
+                "a network input of at least 32x32");
+    }
+  } else if (f.img.size(1) < 32 || f.img.size(2) < 32) {
+    bad_frame("img is " + f.img.describe(), "H, W >= 32");
+  }
   if (static_cast<int>(f.lidar2img.size()) != cams) {
     bad_frame(std::to_string(f.lidar2img.size()) + " lidar2img matrices", std::to_string(cams) + ", one per camera");
   }
@@ -92,8 +131,9 @@ void BevFormer::check_frame(const FrameInput& f) const {
 RigGeometry BevFormer::rig_geometry(const FrameInput& f) const {
   RigGeometry g;
   g.lidar2img = f.lidar2img;
-  g.pad_h = static_cast<int>(f.img.size(1));
-  g.pad_w = static_cast<int>(f.img.size(2));
+  const auto [h, w] = network_image_size(f.img);
+  g.pad_h = static_cast<int>(h);
+  g.pad_w = static_cast<int>(w);
   g.sampling = point_sampling(cfg_, f.lidar2img, g.pad_w, g.pad_h);
   g.queries = sca_query_lists(g.sampling);
   return g;
@@ -134,10 +174,15 @@ void BevFormer::tap_geometry(const BevStepInputs& s, const RigGeometry& rig, Tap
   taps.put("dbg.bev_mask_count", i64_tensor(rig.queries.count_per_camera));
 }
 
-ImageOutputs BevFormer::image_stage(Ops& o, const Tensor& img, Taps* taps) const {
+ImageOutputs BevFormer::image_stage(Ops& o, const Tensor& input, Taps* taps) const {
   // B frames of `cams` cameras; each frame's cameras take the learned embedding of their slot.
-  const int64_t images = img.size(0), cams = cfg_.transformer.num_cams, batch = images / cams;
+  const int64_t images = input.size(0), cams = cfg_.transformer.num_cams, batch = images / cams;
   const int64_t c = cfg_.transformer.embed_dims, heads = cfg_.transformer.sca.num_heads;
+  Tensor img = input;
+  if (input.dtype() == DType::kU8) {  // camera pixels: upstream's test pipeline first
+    o.set_stage("img.preprocess");
+    img = o.image_preprocess(input, image_preprocess_attrs(cfg_.image, input.size(1), input.size(2)), "img");
+  }
   o.set_stage("img.stem");
   const std::vector<Tensor> feats = resnet_forward(o, resnet_, cfg_.backbone, img);
   const std::vector<Tensor> levels = fpn_forward(o, fpn_, cfg_.neck, feats);

@@ -27,13 +27,19 @@
 
 namespace bev {
 
-// One frame as upstream's forward_test receives it (after the test pipeline), on the host.
+// One frame as upstream's forward_test receives it, on the host. `img` is the cameras' decoded
+// pixels, which the image stage runs upstream's test pipeline on first (resize, normalise, pad:
+// image_preprocess_attrs), or the network input that pipeline made.
 struct FrameInput {
-  Tensor img;  // f32 [N, H_pad, W_pad, 3]: normalized, padded network input, NHWC (the backbone's layout)
-  std::vector<std::array<double, 16>> lidar2img;  // per camera, row-major 4x4 at the padded image's scale
+  Tensor img;  // u8 [N, H, W, 3]: BGR pixels as decoded; or f32 [N, H_pad, W_pad, 3]: normalized, padded, NHWC
+  std::vector<std::array<double, 16>> lidar2img;  // per camera, row-major 4x4 at the network input's scale
   std::array<double, 18> can_bus{};                // absolute, BEFORE the test-time delta (spec §3)
   std::string scene_token;                         // a change drops the history
 };
+
+// Upstream's test pipeline (Ops::image_preprocess) for camera images of height x width under the
+// config's image settings (resize_scale, size_divisor, img_norm_cfg).
+ImagePreprocessAttrs image_preprocess_attrs(const ImageConfig& image, int64_t height, int64_t width);
 
 // The geometry that depends only on the camera rig (lidar2img and the padded image size), on the
 // host: what the bev stage's SCA reads. The runtime caches it per rig.
@@ -89,6 +95,9 @@ class BevFormer {
   void check_frame(const FrameInput& f) const;
   // point_sampling and the SCA query lists of the frame's rig.
   RigGeometry rig_geometry(const FrameInput& f) const;
+  // The network input's height and width for a frame's img: its own (f32), or the padded size
+  // its pixels become (u8).
+  std::array<int64_t, 2> network_image_size(const Tensor& img) const;
   // forward_test steps 1-3 for one frame; `state` advances as the frame will leave it (the caller
   // commits it only when the frame completes).
   BevStepInputs forward_test_step(TemporalState& state, const FrameInput& f) const;
@@ -96,8 +105,8 @@ class BevFormer {
   // dbg.bev_mask, dbg.bev_mask_count).
   void tap_geometry(const BevStepInputs& step, const RigGeometry& rig, Taps& taps) const;
 
-  // The image stage on img [B*N, H, W, 3] (a backend tensor; B frames of N cameras): every encoder
-  // layer's SCA values.
+  // The image stage on img [B*N, H, W, 3] (a backend tensor; B frames of N cameras; u8 pixels,
+  // preprocessed first, or the f32 network input): every encoder layer's SCA values.
   ImageOutputs image_stage(Ops& o, const Tensor& img, Taps* taps) const;
   // The bev stage: encoder, decoder, heads and the top-k, for in.batch frames (taps: batch 1 only).
   BevOutputs bev_stage(Ops& o, const EncoderInputs& in, Taps* taps) const;

@@ -70,16 +70,19 @@ int fpn_num_extra_levels(const NeckConfig& n) {
   return n.num_outs - fpn_backbone_end_level(n) + n.start_level;
 }
 
-ImageSize image_resized_size(const ImageConfig& img) {
+ImageSize image_resized_size(const ImageConfig& img, ImageSize original) {
   // Python's int(x * s): truncation of the double product.
-  return {static_cast<int>(img.width * img.resize_scale), static_cast<int>(img.height * img.resize_scale)};
+  return {static_cast<int>(original.width * img.resize_scale), static_cast<int>(original.height * img.resize_scale)};
 }
 
-ImageSize image_padded_size(const ImageConfig& img) {
-  ImageSize s = image_resized_size(img);
+ImageSize image_padded_size(const ImageConfig& img, ImageSize original) {
+  ImageSize s = image_resized_size(img, original);
   const int d = std::max(img.size_divisor, 1);
   return {(s.width + d - 1) / d * d, (s.height + d - 1) / d * d};
 }
+
+ImageSize image_resized_size(const ImageConfig& img) { return image_resized_size(img, {img.width, img.height}); }
+ImageSize image_padded_size(const ImageConfig& img) { return image_padded_size(img, {img.width, img.height}); }
 
 std::vector<LayerOp> post_norm_operation_order() {
   return {LayerOp::kSelfAttn, LayerOp::kNorm, LayerOp::kCrossAttn,

@@ -80,8 +80,12 @@ struct ImageSize {
   int height = 0;
   bool operator==(const ImageSize&) const = default;
 };
-ImageSize image_resized_size(const ImageConfig& img);  // (int(W*s), int(H*s)) as upstream
-ImageSize image_padded_size(const ImageConfig& img);   // the network input: padded to divisor
+// Of an image of `original` size (the config's own when not given): (int(W*s), int(H*s)) as
+// upstream; the network input, that padded to the size divisor.
+ImageSize image_resized_size(const ImageConfig& img, ImageSize original);
+ImageSize image_padded_size(const ImageConfig& img, ImageSize original);
+ImageSize image_resized_size(const ImageConfig& img);
+ImageSize image_padded_size(const ImageConfig& img);
 
 // One deformable attention (TSA, SCA's MSDeformableAttention3D, decoder cross-attention).
 struct DeformAttnConfig {

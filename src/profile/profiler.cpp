@@ -149,6 +149,7 @@ double flops_per_output_element(OpKind kind) {
     case OpKind::concat:
     case OpKind::permute:
     case OpKind::count_nonfinite:  // one integer test per input value, no arithmetic
+    case OpKind::image_preprocess:  // op_flops
       return 0;
   }
   return 0;
@@ -234,6 +235,13 @@ double op_flops(const OpNode& n) {
     }
     case OpKind::bbox_denormalize:  // 3 of `code` channels: x * scale + offset
       return 2 * 3 * static_cast<double>(n.outputs[0].size(0));
+    case OpKind::image_preprocess: {  // subtract and multiply per pixel value; 6 per resized value (2 lerps)
+      const auto* a = std::get_if<ImagePreprocessAttrs>(&n.attrs);
+      if (!a || n.inputs.empty() || n.inputs[0].dim() != 4) return 0;
+      const Tensor& x = n.inputs[0];
+      const bool resized = a->resized_height != x.size(1) || a->resized_width != x.size(2);
+      return 2 * numel(x) + (resized ? 6.0 * static_cast<double>(x.size(0) * a->resized_height * a->resized_width * 3) : 0);
+    }
     default:
       return flops_per_output_element(n.kind) * out;
   }

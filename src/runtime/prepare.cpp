@@ -1,6 +1,7 @@
 #include "runtime/prepare.h"
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <numbers>
 
@@ -43,21 +44,6 @@ void check_nuscenes_order(const Frame& spec) {
   }
 }
 
-ImagePreprocess image_preprocess_of(const ImageConfig& cfg) {
-  const ImageSize resized = image_resized_size(cfg);
-  const ImageSize padded = image_padded_size(cfg);
-  ImagePreprocess p;
-  p.mean = cfg.mean;
-  p.std = cfg.std;
-  p.to_rgb = cfg.to_rgb;
-  // Upstream's base pipeline has no resize step; tiny/small resize to (int(W*s), int(H*s)).
-  p.resized_width = cfg.resize_scale != 1.0 ? resized.width : cfg.width;
-  p.resized_height = cfg.resize_scale != 1.0 ? resized.height : cfg.height;
-  p.padded_width = padded.width;
-  p.padded_height = padded.height;
-  return p;
-}
-
 // A camera's decoded pixels (bevformer/frame.h ImagePixels) as the u8 [H, W, 3] BGR tensor a
 // decoded file gives, borrowed (the owner rides along), after the checks a file's header gets.
 Tensor camera_pixels(const Camera& cam, const std::string& place, const ImageConfig& ic) {
@@ -89,17 +75,6 @@ Tensor camera_pixels(const Camera& cam, const std::string& place, const ImageCon
 }
 
 }  // namespace
-
-Tensor preprocess_image(const Tensor& bgr, const ImageConfig& cfg) {
-  if (bgr.dim() != 3 || bgr.size(0) != cfg.height || bgr.size(1) != cfg.width) {
-    throw Error(ErrorKind::kInvalidInput, "image is " + bgr.describe())
-        .expected("u8 [" + std::to_string(cfg.height) + ", " + std::to_string(cfg.width) + ", 3] (BGR)");
-  }
-  const ImagePreprocess p = image_preprocess_of(cfg);
-  Tensor out = Tensor::empty({p.padded_height, p.padded_width, 3}, DType::kF32);
-  preprocess_image_into(bgr, p, out.data<float>());
-  return out;
-}
 
 Mat4 camera_lidar2img(const Camera& cam, const Mat4& T_ego_from_lidar) {
   if (cam.lidar2img) return *cam.lidar2img;
@@ -195,16 +170,14 @@ PreparedFrame prepare_frame(const Frame& spec, const ModelConfig& cfg, const std
   p.camera_names.resize(n);
   p.lidar2img_original.resize(n);
 
-  const ImageSize padded = image_padded_size(ic);
-  Tensor img = Tensor::empty({static_cast<int64_t>(n), padded.height, padded.width, 3}, DType::kF32);
-  const size_t per_camera = static_cast<size_t>(3) * padded.height * padded.width;
-  const ImagePreprocess pre = image_preprocess_of(ic);
+  // The cameras' pixels side by side, as the image stage takes them (it preprocesses them itself).
+  Tensor img = Tensor::empty({static_cast<int64_t>(n), ic.height, ic.width, 3}, DType::kU8);
+  const size_t per_camera = static_cast<size_t>(3) * ic.height * ic.width;
   auto one = [&](size_t i) {
     const Camera& cam = spec.cameras[i];
     const std::string place = camera_place(spec, i);
     if (!cam.pixels.empty()) {
-      p.images[i] = camera_pixels(cam, place, ic);
-      preprocess_image_into(p.images[i], pre, img.data<float>() + i * per_camera);
+      std::memcpy(img.data<uint8_t>() + i * per_camera, camera_pixels(cam, place, ic).data<uint8_t>(), per_camera);
       p.camera_names[i] = cam.name;
       p.lidar2img_original[i] = camera_lidar2img(cam, p.T_ego_from_lidar);
       return;
@@ -231,8 +204,8 @@ PreparedFrame prepare_frame(const Frame& spec, const ModelConfig& cfg, const std
           .hint("K and lidar2img refer to the original image; resize happens inside (resize_scale " +
                 std::to_string(ic.resize_scale) + ")");
     }
-    p.images[i] = decode_image(bytes, name);
-    preprocess_image_into(p.images[i], pre, img.data<float>() + i * per_camera);
+    const Tensor bgr = decode_image(bytes, name);
+    std::memcpy(img.data<uint8_t>() + i * per_camera, bgr.data<uint8_t>(), per_camera);
     p.camera_names[i] = cam.name;
     p.lidar2img_original[i] = camera_lidar2img(cam, p.T_ego_from_lidar);
   };
@@ -244,6 +217,7 @@ PreparedFrame prepare_frame(const Frame& spec, const ModelConfig& cfg, const std
     for (size_t i = 0; i < n; ++i) one(i);
   }
 
+  for (size_t i = 0; i < n; ++i) p.images[i] = img.select(0, static_cast<int64_t>(i));
   p.input.img = std::move(img);
   p.input.lidar2img.resize(n);
   for (size_t i = 0; i < n; ++i) p.input.lidar2img[i] = scale_lidar2img(p.lidar2img_original[i], ic.resize_scale);

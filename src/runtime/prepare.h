@@ -1,11 +1,10 @@
 // prepare_frame: a parsed frame (io/frame_json.h) becomes the model's input (FrameInput), on the
-// host, exactly as upstream's test pipeline builds it (docs/bevformer-spec.md §2.1, §3, §4):
-// decode every camera image (BGR u8); float32; BGR->RGB when the config says to_rgb; (x - mean)
-// * (1/std) at full resolution (OpenCV subtract then multiply, as mmcv.imnormalize); resize the
-// normalized image with cv::resize INTER_LINEAR to (int(W*s), int(H*s)); pad bottom/right with 0
-// to the size divisor; NHWC, the layout the backbone reads. lidar2img per camera (given, or [K 0; 0 1] @ inv(T_ego_from_cam) @
-// T_ego_from_lidar in float64), then diag(s, s, 1, 1) @ lidar2img. The absolute CAN-bus vector
-// from the ego pose as get_data_info does; the per-stream delta is the model's (temporal_step).
+// host (docs/bevformer-spec.md §2.1, §3, §4): every camera image decoded once, its BGR u8 pixels
+// side by side in slot order (the image stage runs upstream's test pipeline on them, on the
+// backend: Ops::image_preprocess); lidar2img per camera (given, or [K 0; 0 1] @
+// inv(T_ego_from_cam) @ T_ego_from_lidar in float64), then diag(s, s, 1, 1) @ lidar2img. The
+// absolute CAN-bus vector from the ego pose as get_data_info does; the per-stream delta is the
+// model's (temporal_step).
 #pragma once
 
 #include <array>
@@ -22,12 +21,12 @@
 namespace bev {
 
 struct PreparedFrame {
-  FrameInput input;  // img f32 [N, H_pad, W_pad, 3], lidar2img at the network's scale, absolute can_bus, scene_token
+  FrameInput input;  // img u8 [N, H, W, 3] BGR, lidar2img at the network's scale, absolute can_bus, scene_token
   std::string stream;
   double timestamp = 0;
   std::string scene;  // the frame's "scene", "" when absent (input.scene_token is then the stream id)
   std::vector<std::string> camera_names;      // slot order
-  std::vector<Tensor> images;                 // u8 [H, W, 3] BGR, as decoded (for rendering)
+  std::vector<Tensor> images;                 // u8 [H, W, 3] BGR, as decoded (for rendering): views of input.img
   std::vector<Mat4> lidar2img_original;       // per camera, at the image's own resolution
   std::optional<Mat4> T_world_from_ego;
   Mat4 T_ego_from_lidar = mat4_identity();
@@ -40,10 +39,6 @@ struct PreparedFrame {
 // decoded in parallel on `pool` when given.
 PreparedFrame prepare_frame(const Frame& spec, const ModelConfig& cfg, const std::string& base_dir,
                             ThreadPool* pool = nullptr);
-
-// One decoded BGR u8 [H, W, 3] image through the test pipeline: f32 [H_pad, W_pad, 3].
-// The image must already be cfg's width x height.
-Tensor preprocess_image(const Tensor& bgr, const ImageConfig& cfg);
 
 // lidar2img of one camera at its image's resolution: the given one, or
 // [K 0; 0 1] @ inv(T_ego_from_cam) @ T_ego_from_lidar.

@@ -12,7 +12,8 @@ int64_t sca_capacity_for(int64_t bev_cells, int64_t longest) {
 }
 
 std::shared_ptr<const Rig> RigCache::rig(const FrameInput& f) {
-  const int pad_h = static_cast<int>(f.img.size(1)), pad_w = static_cast<int>(f.img.size(2));
+  const auto [h, w] = model_.network_image_size(f.img);
+  const int pad_h = static_cast<int>(h), pad_w = static_cast<int>(w);
   // The frame's rig moved to the front, if cached (under mu_).
   const auto cached = [&]() -> std::shared_ptr<const Rig> {
     const auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) {

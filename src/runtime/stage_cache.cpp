@@ -28,12 +28,14 @@ std::span<const StageBinding> bev_bindings(BevBindings& b, const BevRecording& s
 StageCache::StageCache(const BevFormer& model, Backend& backend, int lanes)
     : model_(model), cfg_(model.config()), backend_(backend), images_(static_cast<size_t>(lanes)) {}
 
-std::unique_ptr<ImageRecording> StageCache::record_image(const Shape& img_shape, bool tapped, std::string name) {
+std::unique_ptr<ImageRecording> StageCache::record_image(const Shape& img_shape, DType img_dtype, bool tapped,
+                                                         std::string name) {
   auto p = std::make_unique<ImageRecording>();
   p->shape = img_shape;
+  p->dtype = img_dtype;
   p->tapped = tapped;
   p->generation = ++image_recordings_;
-  p->img = backend_.empty(img_shape, DType::kF32);
+  p->img = backend_.empty(img_shape, img_dtype);
   // Recorded without running (each intermediate would otherwise hold its own memory until the
   // stage exists: tiny 1050 MiB against a 281 MiB arena), then computed by the first execution.
   Ops rec(backend_, Ops::Mode::kPlan);
@@ -91,12 +93,12 @@ std::unique_ptr<BevRecording> StageCache::record_bev(const ImageOutputs& image, 
   return p;
 }
 
-ImageRecording& StageCache::image(int lane, const Shape& img_shape, bool tapped, int& waits) {
+ImageRecording& StageCache::image(int lane, const Shape& img_shape, DType img_dtype, bool tapped, int& waits) {
   std::unique_ptr<ImageRecording>& s = images_[static_cast<size_t>(lane)];
-  if (s && s->shape == img_shape && s->tapped == tapped) return *s;
+  if (s && s->shape == img_shape && s->dtype == img_dtype && s->tapped == tapped) return *s;
   if (s) wait(waits);  // an issued execution of the stage replaced here may not have run
   // A new generation: this lane's bev stages read the old outputs, stale now.
-  s = record_image(img_shape, tapped, lane == 0 ? "image" : "image (lane " + std::to_string(lane + 1) + ")");
+  s = record_image(img_shape, img_dtype, tapped, lane == 0 ? "image" : "image (lane " + std::to_string(lane + 1) + ")");
   return *s;
 }
 
@@ -132,16 +134,17 @@ BevRecording& StageCache::bev(int lane, bool use_prev, bool tapped, int64_t long
   return *bevs_.back();
 }
 
-BatchRecording& StageCache::batch(int64_t batch, const Shape& img_shape, int64_t longest, int64_t anchors,
-                                  int& waits) {
+BatchRecording& StageCache::batch(int64_t batch, const Shape& img_shape, DType img_dtype, int64_t longest,
+                                  int64_t anchors, int& waits) {
   const int64_t hw = int64_t{cfg_.head.bev_h} * cfg_.head.bev_w;
   auto it = std::find_if(batches_.begin(), batches_.end(), [&](const auto& p) { return p->batch == batch; });
   int64_t capacity = sca_capacity_for(hw, longest);
   if (it != batches_.end()) {
     std::rotate(batches_.begin(), it, it + 1);
     BatchRecording& front = *batches_.front();
-    if (front.img_shape == img_shape && front.capacity >= longest) return front;
-    if (front.img_shape == img_shape) capacity = std::max(capacity, front.capacity);
+    const bool same_images = front.img_shape == img_shape && front.img_dtype == img_dtype;
+    if (same_images && front.capacity >= longest) return front;
+    if (same_images) capacity = std::max(capacity, front.capacity);
     wait(waits);
     batches_.erase(batches_.begin());
   }
@@ -152,9 +155,10 @@ BatchRecording& StageCache::batch(int64_t batch, const Shape& img_shape, int64_t
   auto p = std::make_unique<BatchRecording>();
   p->batch = batch;
   p->img_shape = img_shape;
+  p->img_dtype = img_dtype;
   p->capacity = capacity;
   const std::string name = " (batch " + std::to_string(batch) + ")";
-  p->image = record_image(img_shape, false, "image" + name);
+  p->image = record_image(img_shape, img_dtype, false, "image" + name);
   p->bev = record_bev(p->image->out, batch, false, false, capacity, anchors, "bev" + name);
   batches_.insert(batches_.begin(), std::move(p));
   return *batches_.front();

@@ -29,7 +29,8 @@
 namespace bev {
 
 struct ImageRecording {
-  Shape shape;  // the input: [B*N, H, W, 3]
+  Shape shape;  // the input: [B*N, H, W, 3], u8 pixels or the f32 network input
+  DType dtype = DType::kF32;
   bool tapped = false;
   uint64_t generation = 0;  // which recording: bev stages read the outputs of one
   Tensor img;               // the input, written every frame
@@ -60,6 +61,7 @@ struct BevRecording {
 struct BatchRecording {
   int64_t batch = 0;
   Shape img_shape;       // [B*N, H, W, 3]
+  DType img_dtype = DType::kF32;
   int64_t capacity = 0;  // SCA slots per camera
   std::unique_ptr<ImageRecording> image;
   std::unique_ptr<BevRecording> bev;
@@ -76,10 +78,10 @@ class StageCache {
   StageCache(const BevFormer& model, Backend& backend, int lanes);
 
   // ---- single frames ----
-  // Lane `lane`'s image stage for inputs of `img_shape`: the recorded one, or recorded now
+  // Lane `lane`'s image stage for inputs of `img_shape` and `img_dtype`: the recorded one, or recorded now
   // (stale bev stages of the lane dropped when the bev stage next asks).
   // (`waits`, here and below: incremented for each time the host waited for the backend.)
-  ImageRecording& image(int lane, const Shape& img_shape, bool tapped, int& waits);
+  ImageRecording& image(int lane, const Shape& img_shape, DType img_dtype, bool tapped, int& waits);
   const ImageRecording* image_of_lane(int lane) const { return images_[static_cast<size_t>(lane)].get(); }
   // The bev stage for a frame of `lane` and variant whose rig's longest SCA list is `longest`
   // (pillar anchors `anchors`): the recorded one, or recorded now. The first recording holds
@@ -91,11 +93,12 @@ class StageCache {
   uint64_t bev_recordings() const { return bev_recordings_; }
 
   // ---- batches ----
-  // The stages of `batch` samples of images `img_shape` (all cameras) with room for lists of
+  // The stages of `batch` samples of images `img_shape` and `img_dtype` (all cameras) with room for lists of
   // `longest` slots: the recorded ones (moved to the front), or recorded now; the last
   // kMaxBatchSizes sizes stay (their arenas grow with the batch: tiny's image stage alone is
   // ~280 MiB per sample).
-  BatchRecording& batch(int64_t batch, const Shape& img_shape, int64_t longest, int64_t anchors, int& waits);
+  BatchRecording& batch(int64_t batch, const Shape& img_shape, DType img_dtype, int64_t longest, int64_t anchors,
+                        int& waits);
   const BatchRecording* batch_of(int64_t batch) const;
   const std::vector<std::unique_ptr<BatchRecording>>& batches() const { return batches_; }
   static constexpr size_t kMaxBatchSizes = 3;
@@ -105,7 +108,7 @@ class StageCache {
   void for_each(const std::function<void(const RecordedStage&)>& f) const;
 
  private:
-  std::unique_ptr<ImageRecording> record_image(const Shape& img_shape, bool tapped, std::string name);
+  std::unique_ptr<ImageRecording> record_image(const Shape& img_shape, DType img_dtype, bool tapped, std::string name);
   std::unique_ptr<BevRecording> record_bev(const ImageOutputs& image, int64_t batch, bool use_prev, bool tapped,
                                            int64_t capacity, int64_t anchors, std::string name);
 

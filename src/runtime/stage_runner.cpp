@@ -26,13 +26,14 @@ std::unique_ptr<StagedFrame::State> StageRunner::Impl::run_image(const FrameInpu
   st->lane = lanes.acquire();  // released when st is destroyed (by run_bev, or on a throw)
   st->lanes = &lanes;
   st->img_shape = f.img.shape();
+  st->img_dtype = f.img.dtype();
   st->lidar2img = f.lidar2img;
   st->can_bus = f.can_bus;
   st->scene_token = f.scene_token;
   const std::lock_guard<std::mutex> lock(image_mu);
   st->started = Clock::now();
   if (replay) {
-    ImageRecording& s = stages.image(st->lane, f.img.shape(), reads.taps != nullptr, st->host_waits);
+    ImageRecording& s = stages.image(st->lane, f.img.shape(), f.img.dtype(), reads.taps != nullptr, st->host_waits);
     backend.write(s.img, f.img);
     backend.execute(s.stage);
     st->nonfinite = s.out.nonfinite;
@@ -56,10 +57,10 @@ FrameOutput StageRunner::Impl::run_bev(const FrameInput& f, std::unique_ptr<Stag
         .where("run_bev")
         .expected("the result of this runner's run_image for the same frame");
   }
-  if (f.img.shape() != st->img_shape || f.lidar2img != st->lidar2img || f.can_bus != st->can_bus ||
+  if (f.img.shape() != st->img_shape || f.img.dtype() != st->img_dtype || f.lidar2img != st->lidar2img || f.can_bus != st->can_bus ||
       f.scene_token != st->scene_token) {
     throw Error(ErrorKind::kInvalidInput, "the frame differs from the one staged (img " + f.img.describe() +
-                                              ", staged " + shape_str(st->img_shape) + ")")
+                                              ", staged " + dtype_name(st->img_dtype) + shape_str(st->img_shape) + ")")
         .where("run_bev")
         .expected("the frame given to run_image");
   }

@@ -47,6 +47,7 @@ void StageRunner::Impl::run_batch(std::span<const BatchSample> samples, const st
   const int64_t anchors = rows[0].rig->geometry.queries.reference.size(2);
   Shape img_shape = samples[rows[0].index].frame->img.shape();
   img_shape[0] *= batch;
+  const DType img_dtype = samples[rows[0].index].frame->img.dtype();
 
   const Quiet quiet(*this);
   auto t_part = Clock::now();
@@ -56,14 +57,14 @@ void StageRunner::Impl::run_batch(std::span<const BatchSample> samples, const st
   BatchRecording* st = nullptr;
   int waits = 0;  // the batch's, its samples share them
   if (replay) {
-    st = &stages.batch(batch, img_shape, longest, anchors, waits);
+    st = &stages.batch(batch, img_shape, img_dtype, longest, anchors, waits);
     for (int64_t b = 0; b < batch; ++b) {
       backend.write(st->image->img.slice(0, b * cams, (b + 1) * cams), samples[rows[static_cast<size_t>(b)].index].frame->img);
     }
     backend.execute(st->image->stage);
     img_nonfinite = st->image->out.nonfinite;
   } else {
-    Tensor img = Tensor::empty(img_shape, DType::kF32);
+    Tensor img = Tensor::empty(img_shape, img_dtype);
     const size_t per = static_cast<size_t>(img.nbytes() / static_cast<size_t>(batch));
     for (int64_t b = 0; b < batch; ++b) {
       std::memcpy(static_cast<char*>(img.raw_data()) + static_cast<size_t>(b) * per,
@@ -187,11 +188,12 @@ std::vector<SampleOutput> StageRunner::Impl::forward_batch(std::span<const Batch
       results[i].error = std::current_exception();
     }
   }
-  // Groups of one image size, in order of their first sample.
+  // Groups of one image size and kind (pixels or network input), in order of their first sample.
   while (!pending.empty()) {
-    const Shape shape = samples[pending[0]].frame->img.shape();
+    const Tensor& first_img = samples[pending[0]].frame->img;
+    const auto alike = [&](const Tensor& img) { return img.shape() == first_img.shape() && img.dtype() == first_img.dtype(); };
     std::vector<size_t> group, rest;
-    for (const size_t i : pending) (samples[i].frame->img.shape() == shape ? group : rest).push_back(i);
+    for (const size_t i : pending) (alike(samples[i].frame->img) ? group : rest).push_back(i);
     pending = std::move(rest);
     const std::vector<BatchRow> rows = batch_rows(samples, group, results);
     const size_t chunk = static_cast<size_t>(chosen_batch(static_cast<int64_t>(rows.size())));

@@ -62,6 +62,7 @@ struct StagedFrame::State {
   int lane = -1;
   // The frame given to run_image, so that run_bev takes only that frame (it was checked once).
   Shape img_shape;
+  DType img_dtype = DType::kF32;
   std::vector<std::array<double, 16>> lidar2img;
   std::array<double, 18> can_bus{};
   std::string scene_token;

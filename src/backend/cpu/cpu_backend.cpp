@@ -15,6 +15,7 @@
 #include "backend/cpu/spatial_cross_attention.h"
 #include "backend/cpu/elementwise.h"
 #include "backend/cpu/ffn.h"
+#include "backend/cpu/image_preprocess.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/msda.h"
 #include "backend/cpu/onednn.h"
@@ -213,6 +214,11 @@ class CpuBackend final : public Backend {
       case OpKind::add_rows: {
         Tensor y = rows_view(out);
         cpu::add_rows(rows_view(in[0]), in[1], y, &pool_);
+        return;
+      }
+      case OpKind::image_preprocess: {
+        Tensor y = out;
+        cpu::image_preprocess(in[0], std::get<ImagePreprocessAttrs>(n.attrs), y, &pool_);
         return;
       }
       case OpKind::feat_flatten: {
