@@ -15,7 +15,6 @@
 #include "server/api_error.h"
 #include "server/frame_request.h"
 #include "server/http_client.h"
-#include "server/service.h"
 
 namespace bev::server {
 namespace {
@@ -59,9 +58,9 @@ std::string error_kind(const std::string& body) {
 
 }  // namespace
 
-Fleet::Fleet(Model& model, Service& service, SequenceTable& sequences, const FleetOptions& options)
+Fleet::Fleet(Model& model, StreamWork& work, SequenceTable& sequences, const FleetOptions& options)
     : model_(model),
-      service_(service),
+      work_(work),
       sequences_(sequences),
       via_(options.handoff_via),
       drain_timeout_seconds_(options.drain_timeout_seconds),
@@ -70,14 +69,14 @@ Fleet::Fleet(Model& model, Service& service, SequenceTable& sequences, const Fle
 HttpResponse Fleet::handle(const Route& route, HttpRequest& request) {
   try {
     if (route.id == RouteId::kHandoffOwner) {
-      return json_answer({{"instance", instance_}, {"ready", service_.ready()}, {"fingerprint", model_.fingerprint()}});
+      return json_answer({{"instance", instance_}, {"ready", work_.ready()}, {"fingerprint", model_.fingerprint()}});
     }
     const std::string* from = request.header("X-Handoff-From");
     if (from && *from == instance_) {
       return error_response(409, "handoff_to_self",
                             "the balancer still routes this key to the server handing it over; retry once it has taken it out");
     }
-    if (!service_.ready()) {
+    if (!work_.ready()) {
       HttpResponse r = error_response(503, "not_ready", "this server is leaving the fleet itself; it takes no handoff");
       r.headers.emplace_back("Retry-After", "1");
       return r;
@@ -149,7 +148,7 @@ Fleet::Outcome Fleet::hand_over(const std::string& id) {
   // Exported on the stream's FIFO: after every frame of it accepted before the move began.
   auto bytes = std::make_shared<std::optional<std::string>>();
   try {
-    service_.run_on_stream(id, [this, bytes, id] {
+    work_.run_on_stream(id, [this, bytes, id] {
       try {
         *bytes = model_.export_stream(id);
       } catch (const std::exception& e) {

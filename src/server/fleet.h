@@ -20,15 +20,21 @@
 #include "server/http_types.h"
 #include "server/router.h"
 #include "server/sequences.h"
+#include "server/stream_work.h"
 
 namespace bev::server {
 
-class Service;
-struct FleetOptions;
+struct FleetOptions {
+  // The balancer through which a draining server hands its streams to their next owners
+  // (http://HOST:PORT, docs/DEPLOY.md); "" hands nothing over (SIGTERM then stops as before).
+  std::string handoff_via;
+  double drain_timeout_seconds = 60;  // past it the drain gives up on the streams left (they are lost)
+  std::string instance;               // this server's id in the fleet ("" : a random one)
+};
 
 class Fleet {
  public:
-  Fleet(Model& model, Service& service, SequenceTable& sequences, const FleetOptions& options);
+  Fleet(Model& model, StreamWork& work, SequenceTable& sequences, const FleetOptions& options);
 
   const std::string& instance() const { return instance_; }
   // /v1/handoff and /v1/handoff/owner. Never throws.
@@ -54,7 +60,7 @@ class Fleet {
   Rotation rotation(const std::vector<std::string>& keys);
 
   Model& model_;
-  Service& service_;
+  StreamWork& work_;
   SequenceTable& sequences_;
   std::string via_;
   double drain_timeout_seconds_;

@@ -9,7 +9,6 @@
 #include "io/frame_json.h"
 #include "server/api_error.h"
 #include "server/frame_request.h"
-#include "server/service.h"
 
 namespace bev::server {
 namespace {
@@ -50,9 +49,9 @@ bool requested(const OipRequest& req, const std::string& name, bool* binary) {
 
 }  // namespace
 
-Oip::Oip(Model& model, Service& service, const OipOptions& options)
+Oip::Oip(Model& model, StreamWork& work, const OipOptions& options)
     : model_(model),
-      service_(service),
+      work_(work),
       model_name_(options.model_name),
       sequences_(options.sequences),
       // Often enough that a sequence is freed within a few percent of its idle limit.
@@ -88,7 +87,7 @@ void Oip::sweep() {
 
 bool Oip::live() const { return true; }  // the process answers; draining is readiness, not liveness
 
-bool Oip::ready() const { return service_.ready(); }
+bool Oip::ready() const { return work_.ready(); }
 
 json Oip::server_metadata() const {
   return {{"name", "bevformer.cpp"}, {"version", "0.1.0"}, {"extensions", {"binary_tensor_data", "sequence"}}};
@@ -145,7 +144,7 @@ HttpResponse Oip::handle(const Route& route, HttpRequest& request) {
 }
 
 HttpResponse Oip::rest_infer(HttpRequest& request) {
-  if (service_.shutting_down()) throw ApiError(503, "shutting_down", "the server is shutting down and takes no new frames");
+  if (work_.shutting_down()) throw ApiError(503, "shutting_down", "the server is shutting down and takes no new frames");
   // While the JSON header is parsed, its strings (a FRAME with base64 images) are held twice more.
   if (!request.lease.resize(3 * request.body.size())) {
     throw ApiError(503, "busy", "the server holds all of --max-inflight-mb in requests; retry after the Retry-After seconds", 1);
@@ -155,8 +154,8 @@ HttpResponse Oip::rest_infer(HttpRequest& request) {
 }
 
 // A sequence's frame on its stream's FIFO: the sequence checks before it runs, the sequence's
-// bookkeeping after; alone or in a batch of other sequences' frames (Service::BatchFrame).
-struct Oip::OipFrame final : Service::BatchFrame {
+// bookkeeping after; alone or in a batch of other sequences' frames (BatchFrame).
+struct Oip::OipFrame final : BatchFrame {
   Oip* oip = nullptr;
   std::shared_ptr<FrameRequest> request;
   std::shared_ptr<MemoryLease> held;  // the request's bytes and its images' pixels, until answered
@@ -193,7 +192,7 @@ struct Oip::OipFrame final : Service::BatchFrame {
       }
       oip->sequences_.finish(id, claim.frames + 1, timestamp, end);
       if (end) oip->model_.drop_stream(id);
-      Metrics& m = oip->service_.metrics();
+      Metrics& m = oip->work_.metrics();
       m.observe("prepare", d.prepare_seconds);
       m.observe("geometry", d.geometry_seconds);
       m.observe("image", d.image_seconds);
@@ -221,7 +220,7 @@ struct Oip::OipFrame final : Service::BatchFrame {
 };
 
 OipResponse Oip::infer(const OipRequest& req, MemoryLease& lease) {
-  if (service_.shutting_down()) throw ApiError(503, "shutting_down", "the server is shutting down and takes no new frames");
+  if (work_.shutting_down()) throw ApiError(503, "shutting_down", "the server is shutting down and takes no new frames");
   if (!req.sequence_id) {
     throw ApiError(400, "sequence_required",
                    "this model keeps a BEV history per vehicle: every inference names its sequence (parameters "
@@ -274,7 +273,7 @@ OipResponse Oip::infer(const OipRequest& req, MemoryLease& lease) {
       cam.image_path.clear();
     }
   }
-  auto fr = std::make_shared<FrameRequest>(check_frame_images(std::move(frame), service_.options().limits));
+  auto fr = std::make_shared<FrameRequest>(check_frame_images(std::move(frame), work_.limits()));
   // From here until it is answered the frame holds the request's bytes and its images' pixels.
   if (!lease.resize(req.body_bytes + fr->decoded_bytes)) {
     throw ApiError(503, "busy", "the frame does not fit --max-inflight-mb now; retry after the Retry-After seconds", 1);
@@ -293,7 +292,7 @@ OipResponse Oip::infer(const OipRequest& req, MemoryLease& lease) {
   const SequenceTable::Claim claim = job->claim;
   bool never_ran = false;
   try {
-    service_.run_frame_on_stream(id, std::move(job), &never_ran);
+    work_.run_frame_on_stream(id, std::move(job), &never_ran);
   } catch (const ApiError&) {
     if (never_ran) sequences_.release(id, claim.start);
     throw;

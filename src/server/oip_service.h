@@ -1,7 +1,7 @@
 // The Open Inference Protocol (KServe v2) on the model: health, metadata and inference with
 // Triton's sequence parameters, for the REST routes (handle) and the gRPC service (grpc_server.h)
 // alike. An inference is a frame of a sequence: FRAME (the frame JSON) and IMAGES in, the frame's
-// boxes out; it runs on the Service's scheduler (the sequence's FIFO, the workers, the queue bound,
+// boxes out; it runs on the Service's scheduler (StreamWork) (the sequence's FIFO, the workers, the queue bound,
 // --timeout) and its bytes count against the in-flight budget, as /v1 frames do.
 #pragma once
 
@@ -19,15 +19,18 @@
 #include "server/oip.h"
 #include "server/router.h"
 #include "server/sequences.h"
+#include "server/stream_work.h"
 
 namespace bev::server {
 
-class Service;
-struct OipOptions;
+struct OipOptions {
+  std::string model_name = "bevformer";  // the model's name in /v2/models/{name} (--model-name)
+  SequenceOptions sequences;
+};
 
 class Oip {
  public:
-  Oip(Model& model, Service& service, const OipOptions& options);
+  Oip(Model& model, StreamWork& work, const OipOptions& options);
   ~Oip();  // stops the idle sweeper
 
   // The /v2 routes over REST. Never throws: errors are {"error": ...} with their status.
@@ -53,7 +56,7 @@ class Oip {
   void sweep();  // frees sequences idle past --max-sequence-idle-s
 
   Model& model_;
-  Service& service_;
+  StreamWork& work_;
   const std::string model_name_;
   SequenceTable sequences_;
   const double sweep_seconds_;

@@ -9,9 +9,7 @@
 
 #include "bevformer/error.h"
 #include "server/api_error.h"
-#include "server/fleet.h"
 #include "server/oip.h"
-#include "server/oip_service.h"
 #include "core/number_text.h"
 
 namespace bev::server {
@@ -51,7 +49,7 @@ struct FrameJob {
 }  // namespace
 
 // A queued /v1 frame: the request, the memory it holds, and where its answer goes.
-struct Service::V1Frame final : Service::BatchFrame {
+struct Service::V1Frame final : BatchFrame {
   Service* service = nullptr;
   std::shared_ptr<FrameRequest> request;
   std::shared_ptr<MemoryLease> held;

@@ -29,28 +29,15 @@
 #include "server/frame_request.h"
 #include "server/http_types.h"
 #include "server/memory_budget.h"
+#include "server/fleet.h"
 #include "server/metrics.h"
+#include "server/oip_service.h"
 #include "server/router.h"
 #include "server/scheduler.h"
 #include "server/sequences.h"
+#include "server/stream_work.h"
 
 namespace bev::server {
-
-class Fleet;
-class Oip;
-
-struct OipOptions {
-  std::string model_name = "bevformer";  // the model's name in /v2/models/{name} (--model-name)
-  SequenceOptions sequences;
-};
-
-struct FleetOptions {
-  // The balancer through which a draining server hands its streams to their next owners
-  // (http://HOST:PORT, docs/DEPLOY.md); "" hands nothing over (SIGTERM then stops as before).
-  std::string handoff_via;
-  double drain_timeout_seconds = 60;  // past it the drain gives up on the streams left (they are lost)
-  std::string instance;               // this server's id in the fleet ("" : a random one)
-};
 
 struct ServiceOptions {
   size_t workers = 2;                    // frames in flight at once (different streams)
@@ -68,7 +55,7 @@ struct ServiceOptions {
   FleetOptions fleet;
 };
 
-class Service {
+class Service final : public StreamWork {
  public:
   Service(Model& model, ServiceOptions options);
   ~Service();  // finish()
@@ -81,43 +68,30 @@ class Service {
   // Leaving a fleet: not ready any more (/v2/health/ready 400, so the balancer stops sending),
   // but frames are still served until their streams are handed over (Fleet::drain).
   void begin_drain();
-  bool ready() const { return !shutting_down_ && !draining_; }
-  bool shutting_down() const { return shutting_down_; }
+  bool ready() const override { return !shutting_down_ && !draining_; }
+  bool shutting_down() const override { return shutting_down_; }
   // Runs every accepted frame to its end and stops the workers.
   void finish();
 
   // An answer the HTTP layer gave without calling handle() (431, 413, 408, ...): counted the same.
   void count_refusal(const std::string& route, const HttpResponse& r);
 
-  Metrics& metrics() { return metrics_; }
+  Metrics& metrics() override { return metrics_; }
   MemoryBudget& memory() { return memory_; }
   const ServiceOptions& options() const { return options_; }
+  const RequestLimits& limits() const override { return options_.limits; }
   Model& model() { return model_; }
   Oip& oip() { return *oip_; }
   Fleet& fleet() { return *fleet_; }
 
-  // A frame that may run in a batch with other streams' frames (--max-batch): what it checks
-  // before it runs, and what it does with its detections or its error, the same whether it runs
-  // alone (run_alone) or in a batch (run_batch). /v1 frames and the Open Inference Protocol's
-  // (HTTP and gRPC) are both such frames. before() may throw (the frame is then answered through
-  // failed()); done() and failed() must not.
-  struct BatchFrame {
-    virtual ~BatchFrame() = default;
-    virtual const Frame& frame() const = 0;
-    virtual bool before() = 0;  // false: it answered itself (refused) and does not run
-    virtual void done(Detections d) = 0;
-    virtual void failed(ApiError e) = 0;  // the model refused it: its stream's history is unchanged
-  };
-  // before(), the model, then done() or failed(): one BatchFrame run by itself.
+  // before(), the model, then done() or failed(): one BatchFrame (stream_work.h) run by itself;
+  // run_batch runs several the same way.
   void run_alone(BatchFrame& f);
 
-  // Runs `job` on `stream`'s worker FIFO (after the stream's frames queued before it) and waits
-  // for it within --timeout. Throws ApiError: 429 queue_full, 503 shutting_down, 504 timeout;
-  // `*never_ran` then tells whether the job was dropped from the queue (it never runs) or still
-  // runs to its end. `job` must not throw.
-  void run_on_stream(const std::string& stream, std::function<void()> job, bool* never_ran = nullptr);
-  // The same for a frame, which may run alone or, with --max-batch, in a batch of other streams'.
-  void run_frame_on_stream(const std::string& stream, std::shared_ptr<BatchFrame> frame, bool* never_ran = nullptr);
+  // StreamWork: the FIFOs the /v2 and handoff front ends run on.
+  void run_on_stream(const std::string& stream, std::function<void()> job, bool* never_ran = nullptr) override;
+  void run_frame_on_stream(const std::string& stream, std::shared_ptr<BatchFrame> frame,
+                           bool* never_ran = nullptr) override;
 
  private:
   HttpResponse dispatch(const Route& route, HttpRequest& request);

@@ -23,8 +23,8 @@ struct Service::Done {
 
 // A frame that tells its waiter when it has its answer however it ran: alone (run_alone) or in a
 // batch (run_batch calls its done or failed).
-struct Service::SignallingFrame final : Service::BatchFrame {
-  std::shared_ptr<Service::BatchFrame> inner;
+struct Service::SignallingFrame final : BatchFrame {
+  std::shared_ptr<BatchFrame> inner;
   std::shared_ptr<Service::Done> signal;
   const Frame& frame() const override { return inner->frame(); }
   bool before() override {
