@@ -82,4 +82,17 @@ Frame read_frame(const std::string& path);
 // parse_frame of it gives an equal Frame, except that pixels come back as the PNG's bytes.
 std::string frame_json(const Frame& frame);
 
+// A JPEG or PNG decoded as the engine decodes a camera image (BGR, every damage refused:
+// Error(kInvalidInput) naming `name`), into pixels that own their memory.
+ImagePixels decode_image_pixels(std::span<const uint8_t> bytes, const std::string& name = "image");
+// The same from a file (Error(kNotFound) when it does not exist, kIo when it cannot be read).
+ImagePixels read_image_pixels(const std::string& path);
+
+// Frame `index` of a synthetic drive for a config (a preset name or a config file): one smooth
+// pattern plus seeded noise per camera at the config's image size (the same bytes for the same
+// config, seed and index everywhere), lidar2img of six cameras around the ego at the image's
+// own resolution, the ego 1 m forward and 2 degrees left per frame, stream and scene
+// "synthetic-<seed>". For trying the engine, benchmarks and tests without a dataset.
+Frame synthetic_camera_frame(const std::string& config, uint64_t seed, int index);
+
 }  // namespace bev

@@ -175,5 +175,7 @@ ProfileReport run_profile(const ProfileOptions& options);
 
 // A few lines for the terminal: the frame, the heaviest stages, the files written.
 std::string format_profile_headline(const ProfileReport& report);
+// The report as summary.json's text (docs/PROFILING.md, the files a profile writes).
+std::string profile_summary_json(const ProfileReport& report);
 
 }  // namespace bev

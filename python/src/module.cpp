@@ -8,7 +8,6 @@
 
 #include "bevformer/convert.h"
 #include "common.h"
-#include "io/frame_json.h"
 
 #ifndef BEV_VERSION
 #error "BEV_VERSION is defined by python/CMakeLists.txt"

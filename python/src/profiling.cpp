@@ -3,7 +3,7 @@
 // released: no frame runs meanwhile, so a replay or an eager run has the machine to itself and
 // a signpost falls between frames.
 #include "common.h"
-#include "profile/report.h"
+#include "bevformer/profile.h"
 
 namespace bevpy {
 namespace {
@@ -159,7 +159,7 @@ void bind_profiling(py::module_& m, py::class_<PyModel, std::shared_ptr<PyModel>
           o.measure_unprofiled = measure_unprofiled;
           o.forward_ms = h.model->last_forward_ms.load();
           h.box->last_report = std::make_unique<bev::ProfileReport>(h.live().report(o));
-          return bev::summary_json(*h.box->last_report).dump();
+          return bev::profile_summary_json(*h.box->last_report);
         });
       }, py::arg("measure_peaks") = true, py::arg("measure_unprofiled") = true)
       .def("write", [](SessionHandle& h, const std::string& dir, int top_ops) {

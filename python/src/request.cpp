@@ -12,11 +12,9 @@
 #include <random>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "common.h"
-#include "io/frame_json.h"
-#include "io/image.h"
-#include "model/config.h"
-#include "model/synthetic.h"
 
 namespace bevpy {
 namespace {
@@ -34,13 +32,19 @@ Error invalid(const std::string& where, const std::string& problem, const std::s
 
 std::string type_name(const py::handle& h) { return py::str(py::type::of(h).attr("__name__")).cast<std::string>(); }
 
-// Numbers, strings, lists and mappings as JSON; the frame parser judges shapes and values.
+// Numbers, strings, lists and mappings as JSON; the frame parser (bev::parse_frame, the public
+// one every frame goes through) judges shapes and values.
 json to_json(const py::handle& h, const std::string& path, int depth = 0) {
   if (depth > 16) throw invalid(path, "nested deeper than 16 levels", "matrices of numbers");
   if (h.is_none()) return nullptr;
   if (py::isinstance<py::bool_>(h)) return h.cast<bool>();
   if (py::isinstance<py::int_>(h)) return h.cast<int64_t>();
-  if (py::isinstance<py::float_>(h)) return h.cast<double>();
+  if (py::isinstance<py::float_>(h)) {
+    // The request becomes frame JSON, which has no NaN or infinity: refuse them here, by name.
+    const double v = h.cast<double>();
+    if (!std::isfinite(v)) throw invalid(path, "has a non-finite value (" + py::str(h).cast<std::string>() + ")", "finite numbers");
+    return v;
+  }
   if (py::isinstance<py::str>(h)) return h.cast<std::string>();
   if (py::isinstance<py::array>(h)) {
     const py::array a = py::reinterpret_borrow<py::array>(h);
@@ -263,7 +267,7 @@ bev::Frame frame_from_request(const py::dict& request) {
     }
   }
 
-  bev::Frame frame = bev::frame_from_json(j, "request");
+  bev::Frame frame = bev::parse_frame(j.dump(), "request");
   for (size_t i = 0; i < images.size() && i < frame.cameras.size(); ++i) {
     const std::string where = cameras && !cameras.is_none() ? "cameras[" + std::to_string(i) + "].image"
                                                             : "images[" + std::to_string(i) + "]";
@@ -272,22 +276,27 @@ bev::Frame frame_from_request(const py::dict& request) {
   return frame;
 }
 
+// Decoded pixels as a new HxWx3 uint8 array (BGR).
+py::array pixels_array(const bev::ImagePixels& px) {
+  py::array_t<uint8_t> out({px.height, px.width, int64_t{3}});
+  std::memcpy(out.mutable_data(), px.data, static_cast<size_t>(px.height * px.width * 3));
+  return out;
+}
+
 py::array read_image(const py::object& source) {
-  bev::Tensor t;
+  bev::ImagePixels px;
   if (is_path(source)) {
     const std::string path = py::str(py::module_::import("os").attr("fspath")(source)).cast<std::string>();
     py::gil_scoped_release nogil;
-    t = bev::read_image(path);
+    px = bev::read_image_pixels(path);
   } else if (py::isinstance<py::bytes>(source) || py::isinstance<py::bytearray>(source) || py::isinstance<py::memoryview>(source)) {
     const std::string bytes = py::bytes(source).cast<std::string>();
     py::gil_scoped_release nogil;
-    t = bev::decode_image(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), "image");
+    px = bev::decode_image_pixels(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), "image");
   } else {
     throw Error(ErrorKind::kInvalidInput, "a " + type_name(source)).where("read_image").expected("a path or encoded bytes");
   }
-  py::array_t<uint8_t> out({t.size(0), t.size(1), t.size(2)});
-  std::memcpy(out.mutable_data(), t.data<uint8_t>(), t.nbytes());
-  return out;
+  return pixels_array(px);
 }
 
 py::dict request_from_frame(const bev::Frame& f, const std::string& base_dir, bool decode) {
@@ -314,7 +323,9 @@ py::dict request_from_frame(const bev::Frame& f, const std::string& base_dir, bo
     all_k = all_k && c.K && c.T_ego_from_cam;
     all_l2i = all_l2i && c.lidar2img;
     py::object image;
-    if (!c.image_path.empty()) {
+    if (!c.pixels.empty()) {
+      image = pixels_array(c.pixels);
+    } else if (!c.image_path.empty()) {
       const fs::path p = fs::path(c.image_path).is_absolute() ? fs::path(c.image_path) : fs::path(base_dir) / c.image_path;
       const std::string abs = fs::absolute(p).lexically_normal().string();
       image = decode ? py::object(read_image(py::str(abs))) : py::object(py::str(abs));
@@ -358,65 +369,9 @@ py::dict request_from_frame(const bev::Frame& f, const std::string& base_dir, bo
 }
 
 py::dict synthetic_request(const std::string& config, uint64_t seed, int index) {
-  const bev::ModelConfig cfg = bev::load_config(config);
-  const int n = cfg.transformer.num_cams;
-  const int64_t h = cfg.image.height, w = cfg.image.width;
-  // synthetic_rig is at the network input's scale; the request's lidar2img is at the image's.
-  const std::vector<std::array<double, 16>> rig = bev::synthetic_rig(cfg);
-  py::array_t<double> l2i({static_cast<py::ssize_t>(n), py::ssize_t{4}, py::ssize_t{4}});
-  for (int c = 0; c < n; ++c) {
-    std::array<double, 16> m = rig[static_cast<size_t>(c)];
-    for (int k = 0; k < 8; ++k) m[static_cast<size_t>(k)] /= cfg.image.resize_scale;
-    std::memcpy(l2i.mutable_data() + c * 16, m.data(), sizeof m);
-  }
-  // Pixels: a smooth pattern per camera (structure for the convolutions to respond to) plus
-  // seeded noise; the same (config, seed, index) gives the same bytes everywhere.
-  py::list images;
-  std::mt19937_64 rng(seed * 7919 + static_cast<uint64_t>(index));
-  for (int c = 0; c < n; ++c) {
-    py::array_t<uint8_t> img({h, w, int64_t{3}});
-    uint8_t* p = img.mutable_data();
-    const double phase = static_cast<double>(rng() % 1000) / 100.0;
-    std::vector<double> col(static_cast<size_t>(w * 3)), row(static_cast<size_t>(h));
-    for (int64_t x = 0; x < w; ++x) {
-      for (int ch = 0; ch < 3; ++ch) col[static_cast<size_t>(x * 3 + ch)] = 60 * std::sin(0.013 * static_cast<double>(x) * (ch + 1) + phase);
-    }
-    for (int64_t y = 0; y < h; ++y) row[static_cast<size_t>(y)] = 127.5 + 40 * std::cos(0.021 * static_cast<double>(y) + c);
-    for (int64_t y = 0; y < h; ++y) {
-      for (int64_t x = 0; x < w; ++x) {
-        const uint64_t r = rng();
-        for (int ch = 0; ch < 3; ++ch) {
-          const double v = row[static_cast<size_t>(y)] + col[static_cast<size_t>(x * 3 + ch)];
-          const int noise = static_cast<int>((r >> (ch * 8)) & 0x3f) - 32;
-          p[(y * w + x) * 3 + ch] = static_cast<uint8_t>(std::clamp(static_cast<int>(v) + noise, 0, 255));
-        }
-      }
-    }
-    images.append(img);
-  }
-  // The drive of model/synthetic.h's frames: 1 m forward and 2 degrees left per frame.
-  const double yaw = (30.0 + 2.0 * index) * std::numbers::pi / 180.0;
-  py::array_t<double> pose({4, 4});
-  const double T[16] = {std::cos(yaw), -std::sin(yaw), 0, 100.0 + index * std::cos(yaw),
-                        std::sin(yaw), std::cos(yaw),  0, 200.0 + index * std::sin(yaw),
-                        0,             0,              1, 0,
-                        0,             0,              0, 1};
-  std::memcpy(pose.mutable_data(), T, sizeof T);
-  py::dict stream;
-  stream["id"] = "synthetic-" + std::to_string(seed);
-  stream["T_world_from_ego"] = pose;
-  py::dict out;
-  out["images"] = images;
-  py::list names;
-  for (int c = 0; c < n; ++c) names.append(n == 6 ? std::string(kNuScenesCameras[c]) : "CAM_" + std::to_string(c));
-  out["camera_names"] = names;
-  out["lidar2img"] = l2i;
-  out["timestamp"] = 1.6e9 + 0.5 * index;
-  out["scene"] = "synthetic-" + std::to_string(seed);
-  out["stream"] = stream;
-  return out;
+  return request_from_frame(bev::synthetic_camera_frame(config, seed, index), "", /*decode=*/true);
 }
 
-std::string request_frame_json(const py::dict& request) { return bev::frame_json_text(frame_from_request(request)); }
+std::string request_frame_json(const py::dict& request) { return bev::frame_json(frame_from_request(request)); }
 
 }  // namespace bevpy

@@ -288,6 +288,8 @@ ProfileReport run_profile(const ProfileOptions& o) {
   return report;
 }
 
+std::string profile_summary_json(const ProfileReport& report) { return summary_json(report).dump(); }
+
 std::string format_profile_headline(const ProfileReport& r) {
   char buf[512];
   std::string out;

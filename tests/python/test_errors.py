@@ -40,6 +40,10 @@ def test_frame_fields_are_checked_as_the_frame_json_is(model):
     k[1][2] = [0.0, 1.0, 5.0]
     raises(model, "invalid_input", "cameras[1].K", **{**req, "intrinsics": k})
     raises(model, "invalid_input", "cameras[0].K", **{**req, "intrinsics": [np.eye(4)] * 6})
+    k_nan = np.array(req["intrinsics"], dtype=float)
+    k_nan[3][0][0] = np.inf  # frame JSON has no infinity: refused by name, not turned into null
+    e = raises(model, "invalid_input", "intrinsics[3][0][0]", **{**req, "intrinsics": k_nan})
+    assert "inf" in str(e)
     raises(model, "invalid_input", "stream", **{**req, "stream": {"T_world_from_ego": bent}})
     raises(model, "invalid_input", "stream.speed", **{**req, "stream": {"id": "x", "speed": 3}})
     raises(model, "invalid_input", "colour", **{**req, "colour": "bgr"})
