@@ -112,6 +112,32 @@ TEST(ForeignBackend, AFailingOpFailsTheNextWaitAndTheQueueDrains) {
   foreign->synchronize();  // the error was told once
 }
 
+// A recorded stage runs on the foreign backend as a captured device graph does: at the addresses
+// of its first execution. Bindings are copies into and out of the stage's own buffers; a stage
+// whose memory moved between executions (a binding done by moving storage) is refused.
+TEST(ForeignBackend, AStageReplaysAtItsCapturedAddressesAndBindsByCopying) {
+  const auto foreign = make_foreign_backend(1, Precision::kF32, /*delay_us=*/200);
+  const Tensor x = foreign->empty({2, 3}, DType::kF32);
+  Ops rec(*foreign, Ops::Mode::kPlan);
+  const Tensor y = rec.relu(x, "y");
+  const RecordedStage stage("relu", rec.take_nodes(), {y}, *foreign, {x, y});
+  const Tensor a = foreign->upload(Tensor::from_floats({2, 3}, std::vector<float>{-1, 2, -3, 4, -5, 6}));
+  const Tensor b = foreign->empty({2, 3}, DType::kF32);
+  const std::vector<StageBinding> bound = {{x, a}, {y, b}};
+  foreign->execute(stage, bound);
+  EXPECT_TRUE(identical(foreign->read(b), Tensor::from_floats({2, 3}, std::vector<float>{0, 2, 0, 4, 0, 6})));
+  // The stage's own buffers hold the copies: unbound, it computes on what was bound last.
+  foreign->execute(stage);
+  EXPECT_TRUE(identical(foreign->read(stage.resolve(y)), Tensor::from_floats({2, 3}, std::vector<float>{0, 2, 0, 4, 0, 6})));
+  // Moving the input's storage (as a pointer-swapping binding would) is caught at the replay.
+  x.storage()->bind_to(*a.storage(), 0);
+  foreign->execute(stage);
+  test::expect_error(ErrorKind::kInternal, [&] { foreign->synchronize(); }, "other addresses than it was captured at");
+  x.storage()->unbind();
+  foreign->execute(stage);  // back where it was captured
+  foreign->synchronize();
+}
+
 // Every frame of the micro golden set, replayed and eager, f32 and bf16, with every tap: the
 // foreign backend's bits are the CPU backend's.
 TEST(ForeignBackend, GoldenMicroGivesTheCpuBits) {

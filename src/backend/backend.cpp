@@ -1,6 +1,7 @@
 #include "backend/backend.h"
 
 #include <chrono>
+#include <cstring>
 
 #include "backend/recorded_stage.h"
 #include "bevformer/error.h"
@@ -21,16 +22,7 @@ class Bound {
  public:
   Bound(const RecordedStage& stage, std::span<const StageBinding> bindings) {
     for (const StageBinding& b : bindings) {
-      if (!stage.is_bindable(b.slot)) {
-        throw Error(ErrorKind::kInternal, "stage '" + stage.name() + "': " + b.slot.describe() + " is not bindable");
-      }
-      if (!b.target.defined() || b.target.shape() != b.slot.shape() || b.target.dtype() != b.slot.dtype() ||
-          !b.target.is_contiguous() || b.target.device() != b.slot.device() || b.slot.offset() != 0 ||
-          b.target.nbytes() < b.slot.storage()->bytes()) {
-        throw Error(ErrorKind::kInternal, "stage '" + stage.name() + "': binding " + b.slot.describe() + " to " +
-                                              (b.target.defined() ? b.target.describe() : std::string("nothing")))
-            .expected("a contiguous tensor of the same shape, dtype and device");
-      }
+      stage.check_binding(b);
       b.slot.storage()->bind_to(*b.target.storage(), static_cast<size_t>(b.target.offset()) * dtype_size(b.target.dtype()));
       bound_.push_back(b.slot.storage().get());
     }
@@ -60,6 +52,26 @@ Tensor Backend::empty(const Shape& shape, DType dtype) {
   const int64_t n = shape_numel(shape);
   const size_t bytes = static_cast<size_t>(n) * dtype_size(dtype);
   return Tensor::view_of(allocate(bytes), dtype, shape, contiguous_strides(shape), 0);
+}
+
+Tensor Backend::host_empty(const Shape& shape, DType dtype) {
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  std::shared_ptr<Storage> s = allocate_host(bytes);
+  s->set_staging_owner(this);
+  return Tensor::view_of(std::move(s), dtype, shape, contiguous_strides(shape), 0);
+}
+
+void Backend::write_staged(const Tensor& dst, const Tensor& host_src, Tensor& staging) {
+  if (!wants_staging() || (host_src.defined() && host_src.storage()->staging_owner() == this)) {
+    write(dst, host_src);
+    return;
+  }
+  if (!staging.defined() || staging.shape() != host_src.shape() || staging.dtype() != host_src.dtype()) {
+    staging = host_empty(host_src.shape(), host_src.dtype());
+  }
+  const Tensor src = host_src.contiguous();
+  std::memcpy(staging.raw_data(), src.raw_data(), src.nbytes());
+  write(dst, staging);
 }
 
 Tensor Backend::upload(const Tensor& host) {

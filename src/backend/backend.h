@@ -80,6 +80,22 @@ class Backend {
   // host -> backend: `dst` is a contiguous tensor of this backend with `host_src`'s shape and
   // dtype; `host_src` is host memory in any layout.
   virtual void write(const Tensor& dst, const Tensor& host_src) = 0;
+
+  // ---- staging: the host memory per-frame inputs cross in ----
+  // Host memory this backend copies from and to without a bounce buffer: page-locked on a device
+  // (cudaMallocHost: an asynchronous copy from pageable memory is staged and waited for by the
+  // driver), ordinary memory on the CPU. It may be asked for every frame: a device caches it.
+  virtual std::shared_ptr<Storage> allocate_host(size_t bytes) { return Storage::allocate(bytes); }
+  // Whether write and read_into want their host side in allocate_host's memory. The CPU copies
+  // from any host memory at the same speed, so it does not.
+  virtual bool wants_staging() const { return false; }
+  // A contiguous host tensor in allocate_host's memory, marked as this backend's staging.
+  Tensor host_empty(const Shape& shape, DType dtype);
+  // write through staging: when this backend wants it and `host_src` is not already its staging
+  // memory, `host_src` is copied into `staging` first (made by host_empty on first use, reused
+  // while its shape and dtype fit: the caller keeps one per input it writes every frame and may
+  // not touch it before the next wait).
+  void write_staged(const Tensor& dst, const Tensor& host_src, Tensor& staging);
   // backend -> host, issued: `host_dst` (a contiguous host tensor of `src`'s shape and dtype)
   // holds `src` (which may be a strided view) after the next wait.
   virtual void read_into(const Tensor& host_dst, const Tensor& src) = 0;

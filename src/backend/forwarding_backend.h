@@ -26,6 +26,8 @@ class ForwardingBackend : public Backend {
   BackendInfo info() const override { return inner_.info(); }
   std::shared_ptr<Storage> allocate(size_t bytes) override { return inner_.allocate(bytes); }
   void write(const Tensor& dst, const Tensor& host_src) override { inner_.write(dst, host_src); }
+  std::shared_ptr<Storage> allocate_host(size_t bytes) override { return inner_.allocate_host(bytes); }
+  bool wants_staging() const override { return inner_.wants_staging(); }
   void read_into(const Tensor& host_dst, const Tensor& src) override { inner_.read_into(host_dst, src); }
   void copy(const Tensor& dst, const Tensor& src) override { inner_.copy(dst, src); }
   void synchronize() override { inner_.synchronize(); }

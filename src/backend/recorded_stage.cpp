@@ -1,6 +1,7 @@
 #include "backend/recorded_stage.h"
 
 #include <algorithm>
+#include <atomic>
 #include <sstream>
 #include <unordered_set>
 
@@ -14,11 +15,16 @@ constexpr size_t kAlign = 64;
 
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
+uint64_t next_stage_id() {
+  static std::atomic<uint64_t> next{0};
+  return ++next;
+}
+
 }  // namespace
 
 RecordedStage::RecordedStage(std::string name, std::vector<OpNode> nodes, const std::vector<Tensor>& keep,
                              Backend& backend, const std::vector<Tensor>& bindable)
-    : name_(std::move(name)), nodes_(std::move(nodes)) {
+    : name_(std::move(name)), id_(next_stage_id()), nodes_(std::move(nodes)) {
   std::unordered_set<const Storage*> pinned;
   for (const Tensor& t : keep) {
     if (t.defined()) pinned.insert(t.storage().get());
@@ -112,6 +118,37 @@ Tensor RecordedStage::resolve(const Tensor& t) const {
 
 bool RecordedStage::is_bindable(const Tensor& t) const {
   return t.defined() && std::find(bindable_.begin(), bindable_.end(), t.storage().get()) != bindable_.end();
+}
+
+bool RecordedStage::reads(const Tensor& t) const {
+  for (const OpNode& n : nodes_) {
+    for (const Tensor& x : n.inputs) {
+      if (x.defined() && x.storage() == t.storage()) return true;
+    }
+  }
+  return false;
+}
+
+bool RecordedStage::writes(const Tensor& t) const {
+  for (const OpNode& n : nodes_) {
+    for (const Tensor& x : n.outputs) {
+      if (x.defined() && x.storage() == t.storage()) return true;
+    }
+  }
+  return false;
+}
+
+void RecordedStage::check_binding(const StageBinding& b) const {
+  if (!is_bindable(b.slot)) {
+    throw Error(ErrorKind::kInternal, "stage '" + name_ + "': " + b.slot.describe() + " is not bindable");
+  }
+  if (!b.target.defined() || b.target.shape() != b.slot.shape() || b.target.dtype() != b.slot.dtype() ||
+      !b.target.is_contiguous() || b.target.device() != b.slot.device() || b.slot.offset() != 0 ||
+      b.target.nbytes() < b.slot.storage()->bytes()) {
+    throw Error(ErrorKind::kInternal, "stage '" + name_ + "': binding " + b.slot.describe() + " to " +
+                                          (b.target.defined() ? b.target.describe() : std::string("nothing")))
+        .expected("a contiguous tensor of the same shape, dtype and device");
+  }
 }
 
 bool RecordedStage::reads_before_writes(const Tensor& input, const Tensor& output) const {

@@ -22,6 +22,7 @@
 namespace bev {
 
 class Backend;
+struct StageBinding;
 
 class RecordedStage {
  public:
@@ -36,6 +37,14 @@ class RecordedStage {
   // The tensor as the stage now holds it: views of moved buffers point into the arena.
   Tensor resolve(const Tensor& t) const;
   bool is_bindable(const Tensor& t) const;
+  // Whether a node reads (takes as an input) / writes (produces as an output) `t`'s storage.
+  bool reads(const Tensor& t) const;
+  bool writes(const Tensor& t) const;
+  // Throws Error(kInternal) unless `b` binds one of this stage's bindable tensors to a
+  // contiguous tensor of the same shape, dtype and device (Backend::execute's precondition).
+  void check_binding(const StageBinding& b) const;
+  // Unique per recording (a moved stage keeps it): what a backend keys its captures by.
+  uint64_t id() const { return id_; }
   // Whether every node that reads `input` runs before the first node that writes `output`: then
   // both may be bound to the same memory (the history buffer read as the previous BEV and written
   // as the new one).
@@ -67,6 +76,7 @@ class RecordedStage {
   };
 
   std::string name_;
+  uint64_t id_ = 0;
   std::vector<OpNode> nodes_;
   std::shared_ptr<Storage> arena_;
   size_t arena_bytes_ = 0, no_reuse_bytes_ = 0;

@@ -69,6 +69,10 @@ class Storage {
   // the stage that holds it.
   void bind_to(const Storage& target, size_t byte_offset);
   void unbind();
+  // Host memory a backend gave for staging (Backend::host_empty): the backend it came from, which
+  // copies from and to it without a bounce buffer (page-locked on a device); null otherwise.
+  const void* staging_owner() const { return staging_owner_; }
+  void set_staging_owner(const void* backend) { staging_owner_ = backend; }
 
  private:
   Storage() = default;
@@ -77,6 +81,7 @@ class Storage {
   void* unbound_data_ = nullptr;  // data_ while bound elsewhere
   size_t bytes_ = 0;
   Device device_ = Device::kCpu;
+  const void* staging_owner_ = nullptr;
   std::shared_ptr<const void> owner_;
   std::function<void(void*)> deleter_;
 };

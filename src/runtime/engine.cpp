@@ -121,7 +121,7 @@ PreparedFrame Engine::prepare(const Frame& spec, const std::string& base_dir) {
   // deadlock it): a frame that finds the pool taken decodes its images on its own thread, so
   // concurrent frames still overlap their preparation.
   std::unique_lock pool_lock(s.prepare_pool_mu, std::try_to_lock);
-  return prepare_frame(spec, config(), base_dir, pool_lock.owns_lock() ? s.prepare_pool.get() : nullptr);
+  return prepare_frame(spec, config(), base_dir, pool_lock.owns_lock() ? s.prepare_pool.get() : nullptr, &backend());
 }
 
 FrameResult Engine::detect(const Frame& spec, const std::string& base_dir, const DetectRequest& request) {

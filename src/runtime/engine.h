@@ -98,7 +98,11 @@ class Engine {
   // The int8 calibration the model was built with (null in other precisions).
   const Calibration* calibration() const;
 
-  // One frame of a stream: images decoded and preprocessed (image paths relative to base_dir),
+  // A frame's model input as detect makes it: each camera decoded once (image paths relative to
+  // base_dir) into the backend's staging memory where it wants that (Backend::wants_staging).
+  PreparedFrame prepare(const Frame& spec, const std::string& base_dir);
+
+  // One frame of a stream: images decoded (image paths relative to base_dir) and preprocessed in the image stage,
   // the stream's history reset where its rules say, both stages run, the history carried on.
   // Frames of one stream run one at a time in the order they lease it; frames of different
   // streams may run concurrently (each stage one frame at a time).
@@ -119,7 +123,6 @@ class Engine {
 
  private:
   Engine();
-  PreparedFrame prepare(const Frame& spec, const std::string& base_dir);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -149,7 +149,7 @@ std::array<double, 18> absolute_can_bus(const Frame& spec) {
 }
 
 PreparedFrame prepare_frame(const Frame& spec, const ModelConfig& cfg, const std::string& base_dir,
-                            ThreadPool* pool) {
+                            ThreadPool* pool, Backend* staging) {
   namespace fs = std::filesystem;
   const ImageConfig& ic = cfg.image;
   const size_t n = spec.cameras.size();
@@ -171,7 +171,9 @@ PreparedFrame prepare_frame(const Frame& spec, const ModelConfig& cfg, const std
   p.lidar2img_original.resize(n);
 
   // The cameras' pixels side by side, as the image stage takes them (it preprocesses them itself).
-  Tensor img = Tensor::empty({static_cast<int64_t>(n), ic.height, ic.width, 3}, DType::kU8);
+  const Shape img_shape{static_cast<int64_t>(n), ic.height, ic.width, 3};
+  Tensor img = staging != nullptr && staging->wants_staging() ? staging->host_empty(img_shape, DType::kU8)
+                                                              : Tensor::empty(img_shape, DType::kU8);
   const size_t per_camera = static_cast<size_t>(3) * ic.height * ic.width;
   auto one = [&](size_t i) {
     const Camera& cam = spec.cameras[i];

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "io/frame_json.h"
@@ -36,9 +37,11 @@ struct PreparedFrame {
 // height, nuScenes names in nuScenes slot order) and builds the model input. Image paths are
 // resolved against `base_dir` (the frame file's folder) unless absolute. Errors are
 // Error(kInvalidInput) naming the camera (kNotFound for a missing image file). Cameras are
-// decoded in parallel on `pool` when given.
+// decoded in parallel on `pool` when given. With `staging` (the backend the frame runs on), the
+// pixels land in its staging memory when it wants that (Backend::wants_staging), so they cross
+// to the device without another copy.
 PreparedFrame prepare_frame(const Frame& spec, const ModelConfig& cfg, const std::string& base_dir,
-                            ThreadPool* pool = nullptr);
+                            ThreadPool* pool = nullptr, Backend* staging = nullptr);
 
 // lidar2img of one camera at its image's resolution: the given one, or
 // [K 0; 0 1] @ inv(T_ego_from_cam) @ T_ego_from_lidar.

@@ -25,6 +25,7 @@
 #include "model/bevformer.h"
 #include "model/taps.h"
 #include "runtime/rig_cache.h"
+#include "runtime/staging.h"
 
 namespace bev {
 
@@ -34,6 +35,7 @@ struct ImageRecording {
   bool tapped = false;
   uint64_t generation = 0;  // which recording: bev stages read the outputs of one
   Tensor img;               // the input, written every frame
+  StagingBuffers staging;   // ...through these
   ImageOutputs out;         // kept out of the arena
   Taps taps;
   RecordedStage stage;
@@ -50,6 +52,7 @@ struct BevRecording {
   // SCA lists bound to the stream's buffer and the rig's lists. Batches: everything written per
   // batch but the previous BEVs, bound to each sample's stream.
   EncoderInputs in;
+  StagingBuffers staging;  // what the per-frame inputs are written through
   BevOutputs out;  // single frames: out.bev_embed bound to the frame's new history buffer
   Taps taps;
   RecordedStage stage;

@@ -34,7 +34,7 @@ std::unique_ptr<StagedFrame::State> StageRunner::Impl::run_image(const FrameInpu
   st->started = Clock::now();
   if (replay) {
     ImageRecording& s = stages.image(st->lane, f.img.shape(), f.img.dtype(), reads.taps != nullptr, st->host_waits);
-    backend.write(s.img, f.img);
+    s.staging.write(backend, s.img, f.img);
     backend.execute(s.stage);
     st->nonfinite = s.out.nonfinite;
     if (reads.taps) st->host_waits += read_taps(s.taps, &s.stage, {}, *reads.taps);
@@ -86,9 +86,9 @@ FrameOutput StageRunner::Impl::run_bev(const FrameInput& f, std::unique_ptr<Stag
     BevRecording& s = stages.bev(st->lane, use_prev, reads.taps != nullptr, lists.max_len, lists.reference.size(2),
                                  out.host_waits);
     s.last_lists = rigs.lists(*rig, s.capacity);
-    backend.write(s.in.can_bus, step.can_bus);
-    backend.write(s.in.tsa_reference, step.tsa_reference);
-    if (use_prev) backend.write(s.in.rotation_index, step.rotation_index);
+    s.staging.write(backend, s.in.can_bus, step.can_bus);
+    s.staging.write(backend, s.in.tsa_reference, step.tsa_reference);
+    if (use_prev) s.staging.write(backend, s.in.rotation_index, step.rotation_index);
     if (!spare_bev.defined()) spare_bev = backend.empty({bev_cells(), cfg.transformer.embed_dims}, DType::kF32);
     BevBindings bound;
     const std::span<const StageBinding> bindings = bev_bindings(bound, s, spare_bev, s.last_lists, history.prev_bev);

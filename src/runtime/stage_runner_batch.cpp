@@ -59,7 +59,8 @@ void StageRunner::Impl::run_batch(std::span<const BatchSample> samples, const st
   if (replay) {
     st = &stages.batch(batch, img_shape, img_dtype, longest, anchors, waits);
     for (int64_t b = 0; b < batch; ++b) {
-      backend.write(st->image->img.slice(0, b * cams, (b + 1) * cams), samples[rows[static_cast<size_t>(b)].index].frame->img);
+      st->image->staging.write(backend, st->image->img.slice(0, b * cams, (b + 1) * cams),
+                               samples[rows[static_cast<size_t>(b)].index].frame->img);
     }
     backend.execute(st->image->stage);
     img_nonfinite = st->image->out.nonfinite;
@@ -81,13 +82,13 @@ void StageRunner::Impl::run_batch(std::span<const BatchSample> samples, const st
   const BatchHostInputs host = batch_host_inputs(cfg, rows, capacity);
   const BevOutputs* out = nullptr;
   if (replay) {
-    backend.write(st->bev->in.can_bus, host.can_bus);
-    backend.write(st->bev->in.tsa_reference, host.tsa_reference);
-    backend.write(st->bev->in.value_index, host.value_index);
-    backend.write(st->bev->in.value0_index, host.value0_index);
-    backend.write(st->bev->in.sca[0].query_index, host.query_index);
-    backend.write(st->bev->in.sca[0].reference, host.reference);
-    backend.write(st->bev->in.sca[0].inv_count, host.inv_count);
+    st->bev->staging.write(backend, st->bev->in.can_bus, host.can_bus);
+    st->bev->staging.write(backend, st->bev->in.tsa_reference, host.tsa_reference);
+    st->bev->staging.write(backend, st->bev->in.value_index, host.value_index);
+    st->bev->staging.write(backend, st->bev->in.value0_index, host.value0_index);
+    st->bev->staging.write(backend, st->bev->in.sca[0].query_index, host.query_index);
+    st->bev->staging.write(backend, st->bev->in.sca[0].reference, host.reference);
+    st->bev->staging.write(backend, st->bev->in.sca[0].inv_count, host.inv_count);
     std::vector<StageBinding> bindings;
     for (int64_t b = 0; b < batch; ++b) {
       const BatchRow& r = rows[static_cast<size_t>(b)];

@@ -10,6 +10,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -136,6 +137,10 @@ class ForeignBackend final : public Backend {
     return Storage::adopt(tagged, bytes, Device::kForeign, [host](void*) mutable { host.reset(); });
   }
 
+  // As a device: per-frame inputs cross in staging memory (the runtime's StagingBuffers, frames
+  // decoded into it), so a runtime that writes from elsewhere shows in the tests that count it.
+  bool wants_staging() const override { return true; }
+
   void write(const Tensor& dst, const Tensor& host_src) override {
     check_write(dst, host_src);
     issue([dst, host_src] {
@@ -191,13 +196,29 @@ class ForeignBackend final : public Backend {
     issue([this, node] { run_now(node); });
   }
 
-  // The whole stage as one queued item, its bindings applied there (on the host they would be
-  // undone before the queue reached the stage). A profiled run is waited for: the times are the
-  // queue thread's, which the caller reads.
+  // The whole stage as one queued item, run as a device runs a captured graph: at the addresses
+  // it had when first executed. So bindings are not pointer swaps here but copies, on the queue,
+  // into the stage's own buffers before it runs (the bound tensors it reads) and out of them
+  // after (those it writes); a replay whose nodes would address other memory than at capture is
+  // refused. A runtime that worked only because a binding aliased memory gives other bits here.
+  // A profiled run is waited for: the times are the queue thread's, which the caller reads.
   void execute(const RecordedStage& stage, std::span<const StageBinding> bindings,
                std::vector<OpTime>* times) override {
+    for (const StageBinding& b : bindings) {
+      stage.check_binding(b);
+      check_foreign(b.target, "stage '" + stage.name() + "' binding");
+    }
     std::vector<StageBinding> bound(bindings.begin(), bindings.end());
-    issue([this, &stage, bound = std::move(bound), times] { Backend::execute(stage, bound, times); });
+    issue([this, &stage, bound = std::move(bound), times] {
+      for (const StageBinding& b : bound) {
+        if (b.target.storage() != b.slot.storage() && stage.reads(b.slot)) cpu_->copy(host_view(b.slot, "bind"), host_view(b.target, "bind"));
+      }
+      check_capture(stage);
+      Backend::execute(stage, {}, times);
+      for (const StageBinding& b : bound) {
+        if (b.target.storage() != b.slot.storage() && stage.writes(b.slot)) cpu_->copy(host_view(b.target, "bind"), host_view(b.slot, "bind"));
+      }
+    });
     if (times) synchronize();
   }
   OpTime run_timed(const OpNode& node) override {
@@ -221,6 +242,29 @@ class ForeignBackend final : public Backend {
 
   // The host view of one of this backend's tensors; anything else is a host tensor that reached
   // the backend without Backend::upload or write: the bug this backend exists to catch.
+  // Every address a stage's nodes touch, in order (on the queue thread: no lock needed).
+  static std::vector<const void*> addresses(const RecordedStage& stage) {
+    std::vector<const void*> a;
+    for (const OpNode& n : stage.nodes()) {
+      for (const std::vector<Tensor>* ts : {&n.inputs, &n.outputs}) {
+        for (const Tensor& t : *ts) {
+          a.push_back(t.defined() ? static_cast<const char*>(t.storage()->data()) + t.offset() * static_cast<int64_t>(dtype_size(t.dtype()))
+                                  : nullptr);
+        }
+      }
+    }
+    return a;
+  }
+  // The first execution of a stage captures its addresses; each later one must find them again.
+  void check_capture(const RecordedStage& stage) {
+    std::vector<const void*> now = addresses(stage);
+    const auto [it, first] = captures_.try_emplace(stage.id(), std::move(now));
+    if (!first && it->second != addresses(stage)) {
+      throw Error(ErrorKind::kInternal, "stage '" + stage.name() + "' replayed at other addresses than it was captured at")
+          .hint("a device replays a captured graph at fixed addresses: bind by copying, never by moving storage");
+    }
+  }
+
   static void check_foreign(const Tensor& t, const std::string& what) {
     if (t.defined() && t.device() != Device::kForeign) {
       throw Error(ErrorKind::kInternal, what + " " + t.describe() + " is " + device_name(t.device()) +
@@ -237,6 +281,7 @@ class ForeignBackend final : public Backend {
   }
 
   std::unique_ptr<Backend> cpu_;
+  std::unordered_map<uint64_t, std::vector<const void*>> captures_;  // by RecordedStage::id; queue thread only
   Queue queue_;  // after cpu_: destroyed first, so that its thread stops before the kernels go
 };
 
