@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "backend_ops.h"
+#include "model/bevformer.h"
 
 namespace bev::op_harness {
 
@@ -459,17 +460,12 @@ void image_preprocess_cases(CaseList& l) {
       Tensor px = Tensor::empty({n, h, w, 3}, DType::kU8);
       uint8_t* p = px.data<uint8_t>();
       for (int64_t i = 0; i < px.numel(); ++i) p[i] = static_cast<uint8_t>(mix(seed + static_cast<uint64_t>(i)) >> 56);
-      ImagePreprocessAttrs a;
-      const double mean[3] = {123.675, 116.28, 103.53}, std_[3] = {58.395, 57.12, 57.375};
-      for (int c = 0; c < 3; ++c) {
-        a.mean[c] = mean[c];
-        a.std[c] = std_[c];
-      }
-      a.to_rgb = to_rgb;
-      a.resized_height = static_cast<int64_t>(static_cast<double>(h) * scale);
-      a.resized_width = static_cast<int64_t>(static_cast<double>(w) * scale);
-      a.padded_height = (a.resized_height + 31) / 32 * 32;
-      a.padded_width = (a.resized_width + 31) / 32 * 32;
+      // The model's own settings (model/bevformer.h): upstream's img_norm_cfg, this scale, /32.
+      ImageConfig ic;
+      ic.to_rgb = to_rgb;
+      ic.resize_scale = scale;
+      ic.size_divisor = 32;
+      const ImagePreprocessAttrs a = image_preprocess_attrs(ic, h, w);
       ops.image_preprocess(up(ops, px), a, "img");
     });
   };
