@@ -135,6 +135,19 @@ ImageHeader inspect_image(std::span<const uint8_t> bytes, const std::string& nam
 
 Tensor decode_image(std::span<const uint8_t> bytes, const std::string& name) {
   const ImageHeader h = inspect_image(bytes, name);
+  Tensor t = Tensor::empty({h.height, h.width, 3}, DType::kU8);
+  decode_image_into(bytes, name, t);
+  return t;
+}
+
+void decode_image_into(std::span<const uint8_t> bytes, const std::string& name, const Tensor& t) {
+  const ImageHeader h = inspect_image(bytes, name);
+  if (t.dtype() != DType::kU8 || t.device() != Device::kCpu || !t.is_contiguous() || t.shape() != Shape{h.height, h.width, 3}) {
+    throw Error(ErrorKind::kInternal, "cannot decode a " + std::to_string(h.width) + "x" + std::to_string(h.height) +
+                                          " image into " + t.describe())
+        .where(name)
+        .expected("a contiguous host u8 tensor of the image's size");
+  }
   verify_image_data(bytes, h, name);
   if (bytes.size() > static_cast<size_t>(INT_MAX)) {
     throw Error(ErrorKind::kUnsupported, "the image file is larger than 2 GiB").where(name);
@@ -142,7 +155,6 @@ Tensor decode_image(std::span<const uint8_t> bytes, const std::string& name) {
   const cv::Mat buf(1, static_cast<int>(bytes.size()), CV_8UC1, const_cast<uint8_t*>(bytes.data()));
   // Decoded straight into the tensor: imdecode keeps a destination of the right size and type,
   // so the pixels exist once (a frame of large images would otherwise hold them twice).
-  Tensor t = Tensor::empty({h.height, h.width, 3}, DType::kU8);
   cv::Mat img(h.height, h.width, CV_8UC3, t.raw_data());
   try {
     cv::imdecode(buf, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION, &img);
@@ -162,7 +174,6 @@ Tensor decode_image(std::span<const uint8_t> bytes, const std::string& name) {
                                           (img.data != t.raw_data() ? " into its own buffer" : ""))
         .where(name);
   }
-  return t;
 }
 
 Tensor read_image(const std::string& path) {

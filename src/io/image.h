@@ -48,6 +48,9 @@ constexpr uint64_t kMaxImageFileBytes = uint64_t{512} << 20;
 // 16-bit is scaled to 8-bit; EXIF orientation is ignored, as calibration refers to the sensor's
 // pixels). Errors name `name`.
 Tensor decode_image(std::span<const uint8_t> bytes, const std::string& name);
+// The same into `out`, a contiguous host u8 [H, W, 3] of the image's size (a frame's block of
+// cameras, in a backend's staging memory): the pixels are written once, where they go next.
+void decode_image_into(std::span<const uint8_t> bytes, const std::string& name, const Tensor& out);
 // Reads a regular file of at most kMaxImageFileBytes (byte_source.h: a FIFO or device is refused,
 // never waited on): kNotFound when it does not exist, kIo when it cannot be read, else decode_image.
 Tensor read_image(const std::string& path);

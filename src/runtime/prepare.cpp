@@ -206,8 +206,7 @@ PreparedFrame prepare_frame(const Frame& spec, const ModelConfig& cfg, const std
           .hint("K and lidar2img refer to the original image; resize happens inside (resize_scale " +
                 std::to_string(ic.resize_scale) + ")");
     }
-    const Tensor bgr = decode_image(bytes, name);
-    std::memcpy(img.data<uint8_t>() + i * per_camera, bgr.data<uint8_t>(), per_camera);
+    decode_image_into(bytes, name, img.select(0, static_cast<int64_t>(i)));
     p.camera_names[i] = cam.name;
     p.lidar2img_original[i] = camera_lidar2img(cam, p.T_ego_from_lidar);
   };
