@@ -133,21 +133,10 @@ ImageHeader inspect_image(std::span<const uint8_t> bytes, const std::string& nam
   return h;
 }
 
-Tensor decode_image(std::span<const uint8_t> bytes, const std::string& name) {
-  const ImageHeader h = inspect_image(bytes, name);
-  Tensor t = Tensor::empty({h.height, h.width, 3}, DType::kU8);
-  decode_image_into(bytes, name, t);
-  return t;
-}
+namespace {
 
-void decode_image_into(std::span<const uint8_t> bytes, const std::string& name, const Tensor& t) {
-  const ImageHeader h = inspect_image(bytes, name);
-  if (t.dtype() != DType::kU8 || t.device() != Device::kCpu || !t.is_contiguous() || t.shape() != Shape{h.height, h.width, 3}) {
-    throw Error(ErrorKind::kInternal, "cannot decode a " + std::to_string(h.width) + "x" + std::to_string(h.height) +
-                                          " image into " + t.describe())
-        .where(name)
-        .expected("a contiguous host u8 tensor of the image's size");
-  }
+// Decodes into `t` (checked by the caller against the header `h`).
+void decode_checked(std::span<const uint8_t> bytes, const ImageHeader& h, const std::string& name, const Tensor& t) {
   verify_image_data(bytes, h, name);
   if (bytes.size() > static_cast<size_t>(INT_MAX)) {
     throw Error(ErrorKind::kUnsupported, "the image file is larger than 2 GiB").where(name);
@@ -174,6 +163,26 @@ void decode_image_into(std::span<const uint8_t> bytes, const std::string& name, 
                                           (img.data != t.raw_data() ? " into its own buffer" : ""))
         .where(name);
   }
+}
+
+}  // namespace
+
+Tensor decode_image(std::span<const uint8_t> bytes, const std::string& name) {
+  const ImageHeader h = inspect_image(bytes, name);
+  Tensor t = Tensor::empty({h.height, h.width, 3}, DType::kU8);
+  decode_checked(bytes, h, name, t);
+  return t;
+}
+
+void decode_image_into(std::span<const uint8_t> bytes, const std::string& name, const Tensor& t) {
+  const ImageHeader h = inspect_image(bytes, name);
+  if (t.dtype() != DType::kU8 || t.device() != Device::kCpu || !t.is_contiguous() || t.shape() != Shape{h.height, h.width, 3}) {
+    throw Error(ErrorKind::kInternal, "cannot decode a " + std::to_string(h.width) + "x" + std::to_string(h.height) +
+                                          " image into " + t.describe())
+        .where(name)
+        .expected("a contiguous host u8 tensor of the image's size");
+  }
+  decode_checked(bytes, h, name, t);
 }
 
 Tensor read_image(const std::string& path) {

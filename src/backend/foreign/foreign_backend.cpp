@@ -258,8 +258,8 @@ class ForeignBackend final : public Backend {
   // The first execution of a stage captures its addresses; each later one must find them again.
   void check_capture(const RecordedStage& stage) {
     std::vector<const void*> now = addresses(stage);
-    const auto [it, first] = captures_.try_emplace(stage.id(), std::move(now));
-    if (!first && it->second != addresses(stage)) {
+    const auto [it, first] = captures_.try_emplace(stage.id(), now);
+    if (!first && it->second != now) {
       throw Error(ErrorKind::kInternal, "stage '" + stage.name() + "' replayed at other addresses than it was captured at")
           .hint("a device replays a captured graph at fixed addresses: bind by copying, never by moving storage");
     }
